@@ -1,0 +1,2 @@
+mod policy;
+fn main() {}

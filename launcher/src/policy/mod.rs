@@ -1,0 +1,2 @@
+//! Policy: one internal model, several input formats, one merge.
+pub mod model;

@@ -1,0 +1,162 @@
+//! The one internal policy model that every input format is translated into.
+//!
+//! Inputs (OpenShell YAML, agent settings JSON, command-line flags, the org > project > user
+//! hierarchy) are parsed elsewhere in `policy/`; everything downstream (the filesystem layout,
+//! Landlock, the proxy) reads only this.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Where a rule came from, so `sandbox-launch check` can say so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "path")]
+pub enum Source {
+    /// `/etc/sandbox-launch/...`: managed by the organisation; its denies cannot be removed.
+    Org(PathBuf),
+    /// `<project>/.sandbox-launch/...`: comes from the repository, may only narrow unless trusted.
+    Project(PathBuf),
+    /// `$XDG_CONFIG_HOME/sandbox-launch/...`
+    User(PathBuf),
+    /// `--policy FILE`
+    PolicyFile(PathBuf),
+    /// `--settings FILE`
+    SettingsFile(PathBuf),
+    /// A command-line flag.
+    CommandLine,
+    /// Built in (for example the always-protected paths).
+    Default,
+}
+
+/// A value with the place it was declared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: Source,
+}
+
+impl<T> Sourced<T> {
+    pub fn new(value: T, source: Source) -> Self {
+        Sourced { value, source }
+    }
+}
+
+/// How the filesystem is presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FsMode {
+    /// Agent-settings semantics: the whole host is readable except `deny_read`; writable are the
+    /// working directory, `read_write` and a private `/tmp`.
+    #[default]
+    HostReadable,
+    /// OpenShell semantics (`filesystem_policy` given): only `read_only` and `read_write` (plus the
+    /// working directory when `include_workdir`) exist; everything else is not there.
+    AllowListOnly,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct FilesystemPolicy {
+    pub mode: FsMode,
+    /// Whether the working directory is writable (always for agent settings).
+    pub include_workdir: bool,
+    /// Readable (and executable) trees. Only meaningful in `AllowListOnly`.
+    pub read_only: Vec<Sourced<PathBuf>>,
+    /// Writable trees (OpenShell `read_write`, agent `allowWrite`, `--allow-write`).
+    pub read_write: Vec<Sourced<PathBuf>>,
+    /// Read-only even inside a writable tree; beats `read_write`.
+    pub deny_write: Vec<Sourced<PathBuf>>,
+    /// Unreadable; beats everything.
+    pub deny_read: Vec<Sourced<PathBuf>>,
+    /// Pathname unix sockets handed into the sandbox (`--allow-unix-socket`).
+    pub unix_sockets: Vec<Sourced<PathBuf>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LandlockCompat {
+    /// Refuse to start unless every requested Landlock right is enforced.
+    #[default]
+    HardRequirement,
+    /// Start anyway and report every right that was not enforced.
+    BestEffort,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct ProcessPolicy {
+    /// User name or uid the agent runs as when the launcher is started as real root.
+    pub run_as_user: Option<String>,
+    pub run_as_group: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkMode {
+    /// A network namespace with only `lo`.
+    None,
+    /// A network namespace plus the domain-filtering proxy.
+    Restricted,
+    /// The host network (reported as a warning).
+    Full,
+}
+
+/// OpenShell `network_policies.<key>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetworkRule {
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+    /// Executable path globs; empty means any binary.
+    pub binaries: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    /// Exact host, `*.suffix` wildcard or IP literal; lower-case, no trailing dot, punycode.
+    pub host: String,
+    /// Allowed ports; empty means any port.
+    pub ports: Vec<u16>,
+    pub protocol: Option<String>,
+    pub tls: Option<String>,
+    pub enforcement: Enforcement,
+    pub access: Option<String>,
+    pub rules: Vec<HttpRule>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    #[default]
+    Enforce,
+    Audit,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HttpRule {
+    pub method: String,
+    pub path: String,
+    /// Decoded query parameter name -> any of these globs.
+    pub query: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct NetworkPolicy {
+    /// `None` here means "not said": the launcher picks its default.
+    pub mode: Option<NetworkMode>,
+    /// Domain-only rules (`allowedDomains`, `--allow-domain`), `host` or `host:port`.
+    pub allowed_domains: Vec<Sourced<String>>,
+    /// OpenShell `network_policies`, by key.
+    pub rules: BTreeMap<String, Sourced<NetworkRule>>,
+}
+
+/// The effective policy after merging every source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Policy {
+    pub filesystem: FilesystemPolicy,
+    pub landlock: LandlockCompat,
+    pub process: ProcessPolicy,
+    pub network: NetworkPolicy,
+    /// Name of an embedded seccomp policy or a path to a seccompiler JSON file.
+    pub seccomp: Option<String>,
+    /// Non-fatal remarks made while loading (unknown keys, deprecated values).
+    pub warnings: Vec<String>,
+}

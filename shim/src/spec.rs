@@ -1,0 +1,110 @@
+//! What the supervisor asks the shim to build. Planned on the host (paths resolved, existence
+//! checked) so that the shim only executes; sent as JSON over the sync socket.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Program and arguments. `argv[0]` is looked up in `PATH` inside the sandbox.
+    pub argv: Vec<String>,
+    /// The complete environment of the target.
+    pub env: Vec<(String, String)>,
+    /// Working directory inside the sandbox.
+    pub cwd: PathBuf,
+    pub hostname: String,
+    pub mounts: MountPlan,
+    pub landlock: LandlockSpec,
+    pub seccomp: SeccompSpec,
+    pub network: NetworkSpec,
+    /// The uid and gid the target must end up with (as seen inside).
+    pub uid: u32,
+    pub gid: u32,
+    /// File descriptors, besides 0-2, that cross into the sandbox.
+    pub preserve_fds: Vec<i32>,
+    /// Paths that must be unreadable once the sandbox is built (verified before exec).
+    pub verify_unreadable: Vec<PathBuf>,
+    /// Paths that must not be writable (verified before exec): a probe creates a file below each.
+    pub verify_unwritable_dirs: Vec<PathBuf>,
+}
+
+/// The filesystem layout. Paths are absolute and as seen inside; `source` paths are host paths.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct MountPlan {
+    /// `true`: the new root starts as a read-only recursive bind of the host root.
+    /// `false`: it starts as an empty tmpfs and only `ops` put things in it.
+    pub host_root: bool,
+    /// Applied in order, after `/proc`, `/dev` and the base are in place.
+    pub ops: Vec<MountOp>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum MountOp {
+    /// Bind `source` (host) at `target`, read-only, recursively.
+    ReadOnly { source: PathBuf, target: PathBuf },
+    /// Bind `source` (host) at `target`, writable, recursively.
+    ReadWrite { source: PathBuf, target: PathBuf },
+    /// A fresh, private, writable tmpfs.
+    Tmpfs { target: PathBuf, mode: u32 },
+    /// An empty, mode-000, read-only file or directory over `target`.
+    Mask { target: PathBuf, dir: bool },
+    /// A symlink in the (tmpfs) root: `target` -> `link`.
+    Symlink { target: PathBuf, link: PathBuf },
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Compat {
+    HardRequirement,
+    BestEffort,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Read and execute.
+    Read,
+    /// Every filesystem right.
+    Write,
+    /// Read, write and ioctl on device files (terminals, /dev/null...).
+    Device,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LandlockRule {
+    pub path: PathBuf,
+    pub access: Access,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LandlockSpec {
+    pub compat: Compat,
+    pub rules: Vec<LandlockRule>,
+    /// Scope abstract unix sockets and signals to the sandbox (ABI >= 6).
+    pub scope: bool,
+    /// TCP ports the sandbox may connect to, if Landlock network rules are wanted (ABI >= 4).
+    /// `None`: TCP is not restricted by Landlock. `Some(vec![])`: no TCP connect at all.
+    pub tcp_connect: Option<Vec<u16>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeccompSpec {
+    /// For messages.
+    pub name: String,
+    /// seccompiler JSON.
+    pub json: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum NetworkSpec {
+    /// Host network namespace.
+    Full,
+    /// Own namespace, only `lo`.
+    None,
+    /// Own namespace; the shim creates listeners on 127.0.0.1 at these ports and passes them to the
+    /// supervisor (in this order) before the target starts.
+    Restricted { listen_ports: Vec<u16> },
+}
