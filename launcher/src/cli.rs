@@ -1,0 +1,129 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::policy::model::NetworkMode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sandbox-launch",
+    version,
+    about = "Run an AI coding agent, and everything it starts, inside a kernel-enforced Linux sandbox",
+    long_about = "Run an AI coding agent, and every process it starts (shell commands, MCP stdio servers, \
+subagents), inside a sandbox built from user, mount, PID, IPC, UTS, cgroup and network namespaces, \
+Landlock and a seccomp-bpf filter. Every layer is verified from inside before the program starts; if \
+any layer fails to take effect, the program is not started.",
+    after_help = "Exit codes: the program's own status (128+N when it died of signal N); 2 bad usage; \
+110-118 and 127 when the sandbox could not be set up (see README). Run `sandbox-launch doctor` to \
+check this host."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run PROGRAM and its whole process tree inside the sandbox.
+    ///
+    /// Example: sandbox-launch whole-process droid --some-flag
+    #[command(name = "whole-process")]
+    WholeProcess {
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+        /// The program and its arguments (options after PROGRAM are the program's).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "PROGRAM"
+        )]
+        command: Vec<String>,
+    },
+    /// Run one shell command (`sh -c COMMAND`) inside the sandbox.
+    #[command(name = "per-command")]
+    PerCommand {
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+        /// The shell command.
+        #[arg(short = 'c', value_name = "COMMAND")]
+        command: String,
+    },
+    /// Can this host run a sandbox? Checks each kernel feature and says how to fix what is missing.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the effective policy (after merging every source) and where each rule came from.
+    Check {
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+    },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NetworkArg {
+    /// A network namespace with only `lo`: no network at all.
+    None,
+    /// A network namespace plus the domain-filtering proxy.
+    Restricted,
+    /// The host's network (no isolation; reported as a warning).
+    Full,
+}
+
+impl From<NetworkArg> for NetworkMode {
+    fn from(n: NetworkArg) -> Self {
+        match n {
+            NetworkArg::None => NetworkMode::None,
+            NetworkArg::Restricted => NetworkMode::Restricted,
+            NetworkArg::Full => NetworkMode::Full,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SandboxArgs {
+    /// OpenShell policy YAML (filesystem_policy, landlock, process, network_policies).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Agent settings JSON; its `sandbox` object is used.
+    #[arg(long, value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+    /// Working directory of the program (default: the current directory). Writable unless the
+    /// policy says otherwise.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Make PATH writable (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_write: Vec<PathBuf>,
+    /// Keep PATH read-only even inside a writable tree (repeatable; beats --allow-write).
+    #[arg(long, value_name = "PATH")]
+    pub deny_write: Vec<PathBuf>,
+    /// Make PATH unreadable (repeatable; beats everything).
+    #[arg(long, value_name = "PATH")]
+    pub deny_read: Vec<PathBuf>,
+    /// Hand the pathname unix socket PATH into the sandbox (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub allow_unix_socket: Vec<PathBuf>,
+    /// Network mode (default: none).
+    #[arg(long, value_enum)]
+    pub network: Option<NetworkArg>,
+    /// Allow a domain through the proxy (`example.com`, `*.example.com`, `host:port`; repeatable).
+    #[arg(long, value_name = "DOMAIN")]
+    pub allow_domain: Vec<String>,
+    /// seccomp policy: the name of an embedded one (default: `default`) or a seccompiler JSON file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub seccomp_policy: Option<String>,
+    /// Write JSON Lines about the sandbox's life (verified facts, running, exited, failed) to fd N.
+    #[arg(long, value_name = "N")]
+    pub json_status_fd: Option<i32>,
+    /// Let descriptor N cross into the sandbox (repeatable; only 0-2 do by default).
+    #[arg(long, value_name = "N")]
+    pub preserve_fd: Vec<i32>,
+    /// More output on stderr (the verified facts, planned mounts).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}

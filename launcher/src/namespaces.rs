@@ -1,0 +1,286 @@
+//! The supervisor's half of the namespaces: clone the shim into new user, mount, PID, network,
+//! IPC, UTS and cgroup namespaces, write its uid/gid maps, and let it exec itself as
+//! `sandbox-launch __shim FD`.
+//!
+//! The clone happens while the launcher is still single-threaded, and the child makes only
+//! async-signal-safe calls on memory prepared before the clone until it execs.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use shim::channel::{Step, StepError};
+
+/// The ids inside the sandbox and how they map to the host.
+#[derive(Debug, Clone, Copy)]
+pub struct Identity {
+    /// uid/gid the sandbox runs as (mapped to the same host ids).
+    pub uid: u32,
+    pub gid: u32,
+    /// The launcher runs as real root: the child switches to `uid`/`gid` and drops the
+    /// supplementary groups before it execs the shim.
+    pub switch_from_root: bool,
+}
+
+pub struct ShimProcess {
+    pub pid: libc::pid_t,
+    pub sync: OwnedFd,
+}
+
+fn hint_for_clone(errno: Errno) -> &'static str {
+    match errno {
+        Errno::EPERM | Errno::EACCES => {
+            "unprivileged user namespaces are restricted here (kernel.apparmor_restrict_unprivileged_userns=1 on Ubuntu, kernel.unprivileged_userns_clone=0, or a container's seccomp profile); run `sandbox-launch doctor`"
+        }
+        Errno::ENOSPC | Errno::EUSERS => {
+            "the limit of user namespaces is reached (user.max_user_namespaces); run `sandbox-launch doctor`"
+        }
+        Errno::EINVAL => "this kernel lacks one of the namespaces; run `sandbox-launch doctor`",
+        _ => "run `sandbox-launch doctor`",
+    }
+}
+
+fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+/// Clone the shim. On return its id maps are written and it is on its way to exec.
+pub fn spawn_shim(id: Identity, new_net: bool) -> Result<ShimProcess, StepError> {
+    let err =
+        |what: &str, e: Errno| StepError::new(Step::Namespaces, format!("{what} => {e}"), None);
+    let (parent_sock, child_sock) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| err("socketpair", e))?;
+    let exe_path = c"/proc/self/exe";
+    // SAFETY: open with a valid path; the descriptor is owned below.
+    let exe_fd = unsafe { libc::open(exe_path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if exe_fd < 0 {
+        return Err(err("open(/proc/self/exe)", Errno::last()));
+    }
+    // SAFETY: fresh descriptor we own.
+    let exe = unsafe { OwnedFd::from_raw_fd(exe_fd) };
+
+    let child_fd = child_sock.as_raw_fd();
+    let argv: Vec<CString> = [
+        "sandbox-launch".to_string(),
+        "__shim".into(),
+        child_fd.to_string(),
+    ]
+    .into_iter()
+    .map(|s| CString::new(s).unwrap_or_default())
+    .collect();
+    let argv_p: Vec<*const libc::c_char> = argv
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let caps_top = last_cap();
+
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    if new_net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: a fork-like clone (no new stack, SIGCHLD on exit) from a single-threaded process.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    } as libc::pid_t;
+    if pid < 0 {
+        let errno = Errno::last();
+        return Err(StepError::new(
+            Step::Namespaces,
+            format!("cannot create a user namespace: clone => {errno}"),
+            Some(hint_for_clone(errno)),
+        ));
+    }
+    if pid == 0 {
+        // SAFETY: the child of a fork-like clone of a single-threaded process.
+        unsafe {
+            child_exec(
+                parent_sock.as_raw_fd(),
+                child_fd,
+                exe.as_raw_fd(),
+                id,
+                caps_top,
+                &argv_p,
+                &envp,
+            )
+        }
+    }
+    drop(child_sock);
+    let shim = ShimProcess {
+        pid,
+        sync: parent_sock,
+    };
+    if let Err(e) = write_maps(pid, id) {
+        kill_and_reap(pid);
+        return Err(e);
+    }
+    // The maps are in place: tell the child to go on.
+    // SAFETY: write of one byte from a valid buffer.
+    if unsafe { libc::write(shim.sync.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
+        let e = Errno::last();
+        kill_and_reap(pid);
+        return Err(err("write to the sync socket", e));
+    }
+    Ok(shim)
+}
+
+pub fn kill_and_reap(pid: libc::pid_t) {
+    // SAFETY: signalling and reaping our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+fn write_maps(pid: libc::pid_t, id: Identity) -> Result<(), StepError> {
+    let write = |file: &str, content: String| -> Result<(), StepError> {
+        let path = format!("/proc/{pid}/{file}");
+        std::fs::write(&path, content.as_bytes()).map_err(|e| {
+            StepError::new(
+                Step::Namespaces,
+                format!("cannot write {path}: {e}"),
+                Some("the kernel refused the id mapping of the new user namespace; run `sandbox-launch doctor`"),
+            )
+        })
+    };
+    if !id.switch_from_root {
+        // Without CAP_SETGID in the parent namespace a gid map requires setgroups to be denied.
+        write("setgroups", "deny".into())?;
+    }
+    write("uid_map", format!("{0} {0} 1\n", id.uid))?;
+    write("gid_map", format!("{0} {0} 1\n", id.gid))?;
+    Ok(())
+}
+
+/// The cloned child, before exec. Only raw, async-signal-safe syscalls.
+///
+/// # Safety
+/// Must run only in the child of a fork-like clone of a single-threaded process; every pointer
+/// refers to memory prepared before the clone.
+unsafe fn child_exec(
+    parent_sock: RawFd,
+    sock: RawFd,
+    exe: RawFd,
+    id: Identity,
+    caps_top: u32,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> ! {
+    libc::close(parent_sock);
+    libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+    );
+    // Wait for the id maps. EOF: the supervisor is gone.
+    let mut b = [0u8; 1];
+    if libc::read(sock, b.as_mut_ptr().cast(), 1) != 1 {
+        libc::_exit(1);
+    }
+    if id.switch_from_root {
+        if libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setresgid(id.gid, id.gid, id.gid) != 0
+            || libc::setresuid(id.uid, id.uid, id.uid) != 0
+        {
+            libc::_exit(Step::Identity.exit_code());
+        }
+        // A change of credentials clears the parent-death signal.
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
+    // Carry the namespace's capabilities across exec: the shim's uid is not 0 inside, so only
+    // ambient capabilities survive execve.
+    let mut header = libc_cap_header();
+    let mut data = [CapData::default(); 2];
+    if capget(&mut header, &mut data) != 0 {
+        libc::_exit(Step::Namespaces.exit_code());
+    }
+    data[0].inheritable = data[0].permitted;
+    data[1].inheritable = data[1].permitted;
+    if capset(&mut header, &data) != 0 {
+        libc::_exit(Step::Namespaces.exit_code());
+    }
+    for cap in 0..=caps_top {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+            cap as libc::c_ulong,
+            0,
+            0,
+        );
+    }
+    let flags = libc::fcntl(sock, libc::F_GETFD);
+    libc::fcntl(sock, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+    libc::syscall(
+        libc::SYS_execveat,
+        exe,
+        c"".as_ptr(),
+        argv.as_ptr(),
+        envp.as_ptr(),
+        libc::AT_EMPTY_PATH,
+    );
+    libc::_exit(Step::Internal.exit_code());
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+fn libc_cap_header() -> CapHeader {
+    CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    }
+}
+
+/// # Safety
+/// Raw capget with valid pointers.
+unsafe fn capget(h: &mut CapHeader, d: &mut [CapData; 2]) -> libc::c_long {
+    libc::syscall(libc::SYS_capget, h as *mut CapHeader, d.as_mut_ptr())
+}
+
+/// # Safety
+/// Raw capset with valid pointers.
+unsafe fn capset(h: &mut CapHeader, d: &[CapData; 2]) -> libc::c_long {
+    libc::syscall(libc::SYS_capset, h as *mut CapHeader, d.as_ptr())
+}

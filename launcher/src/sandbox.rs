@@ -1,0 +1,234 @@
+//! From the command line to a running sandbox: load the policy, plan the layout, pick the
+//! identity and the seccomp filter, then hand over to the supervisor.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+use shim::channel::{Step, StepError};
+use shim::spec::{Compat, LandlockSpec, NetworkSpec, SandboxSpec, SeccompSpec};
+
+use crate::cli::SandboxArgs;
+use crate::layout::{self, HostContext};
+use crate::namespaces::Identity;
+use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
+use crate::policy::{self, LoadRequest};
+use crate::status::StatusSink;
+use crate::{supervisor, users};
+
+/// Everything decided before the clone.
+pub struct Prepared {
+    pub spec: SandboxSpec,
+    pub identity: Identity,
+    pub network: NetworkMode,
+    pub policy: Policy,
+    pub warnings: Vec<String>,
+}
+
+fn policy_error(e: anyhow::Error) -> StepError {
+    StepError::new(Step::Policy, format!("{e:#}"), None)
+}
+
+pub fn load_policy(args: &SandboxArgs) -> Result<(Policy, PathBuf), StepError> {
+    let cwd = match &args.cwd {
+        Some(c) => c.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            StepError::new(
+                Step::Policy,
+                format!("cannot read the current directory: {e}"),
+                None,
+            )
+        })?,
+    };
+    let cwd = std::fs::canonicalize(&cwd).map_err(|e| {
+        StepError::new(
+            Step::Policy,
+            format!("working directory {}: {e}", cwd.display()),
+            None,
+        )
+    })?;
+    let mut req = LoadRequest::from_env(cwd.clone()).map_err(policy_error)?;
+    req.policy_file = args.policy.clone();
+    req.settings_file = args.settings.clone();
+    req.allow_write = args.allow_write.clone();
+    req.deny_write = args.deny_write.clone();
+    req.deny_read = args.deny_read.clone();
+    req.allow_unix_socket = args.allow_unix_socket.clone();
+    req.allow_domain = args.allow_domain.clone();
+    req.network = args.network.map(Into::into);
+    req.seccomp_policy = args.seccomp_policy.clone();
+    let policy = policy::load(&req).map_err(policy_error)?;
+    Ok((policy, cwd))
+}
+
+fn identity(
+    policy: &Policy,
+    env: &mut [(String, String)],
+    warnings: &mut Vec<String>,
+) -> Result<Identity, StepError> {
+    // SAFETY: getuid/geteuid/getgid cannot fail.
+    let (uid, euid, gid) = unsafe { (libc::getuid(), libc::geteuid(), libc::getgid()) };
+    if euid != 0 {
+        if let Some(u) = &policy.process.run_as_user {
+            warnings.push(format!(
+                "process.run_as_user={u} applies only when sandbox-launch starts as root; running as uid {uid}"
+            ));
+        }
+        return Ok(Identity {
+            uid,
+            gid,
+            switch_from_root: false,
+        });
+    }
+    let user = policy.process.run_as_user.as_deref().unwrap_or("nobody");
+    let (target_uid, home) = users::lookup_user(user).map_err(policy_error)?;
+    let target_gid = match &policy.process.run_as_group {
+        Some(g) => users::lookup_group(g).map_err(policy_error)?,
+        None => users::default_group(),
+    };
+    if target_uid == 0 || target_gid == 0 {
+        return Err(StepError::new(
+            Step::Policy,
+            "the sandbox never runs as root (uid or gid 0)",
+            Some("set process.run_as_user/run_as_group to an unprivileged user"),
+        ));
+    }
+    for (k, v) in env.iter_mut() {
+        match k.as_str() {
+            "HOME" => *v = home.clone().unwrap_or_else(|| "/".into()),
+            "USER" | "LOGNAME" => *v = user.to_string(),
+            _ => {}
+        }
+    }
+    Ok(Identity {
+        uid: target_uid,
+        gid: target_gid,
+        switch_from_root: true,
+    })
+}
+
+fn seccomp(policy: &Policy) -> Result<SeccompSpec, StepError> {
+    let name = policy.seccomp.clone().unwrap_or_else(|| "default".into());
+    if let Some(json) = seccomp_policies::get(&name) {
+        return Ok(SeccompSpec {
+            name,
+            json: json.to_string(),
+        });
+    }
+    match std::fs::read_to_string(&name) {
+        Ok(json) => Ok(SeccompSpec { name, json }),
+        Err(e) => Err(StepError::new(
+            Step::Policy,
+            format!(
+                "seccomp policy {name:?} is neither an embedded policy nor a readable file: {e}"
+            ),
+            Some(&format!(
+                "embedded policies: {}",
+                seccomp_policies::POLICIES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        )),
+    }
+}
+
+pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepError> {
+    let (policy, cwd) = load_policy(args)?;
+    let mut warnings = policy.warnings.clone();
+    let mut env: Vec<(String, String)> = std::env::vars().collect();
+    let identity = identity(&policy, &mut env, &mut warnings)?;
+    let network = policy.network.mode.unwrap_or(NetworkMode::None);
+    let net_spec = match network {
+        NetworkMode::None => NetworkSpec::None,
+        NetworkMode::Full => {
+            warnings.push(
+                "network: full — the sandbox uses the host's network without any filtering".into(),
+            );
+            NetworkSpec::Full
+        }
+        NetworkMode::Restricted => {
+            return Err(StepError::new(
+                Step::Policy,
+                "--network restricted is not available in this build",
+                Some("use --network none or --network full"),
+            ))
+        }
+    };
+    let ctx = HostContext {
+        cwd: cwd.clone(),
+        home: std::env::var_os("HOME").map(PathBuf::from),
+        xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+    };
+    let layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
+    warnings.extend(layout.warnings.iter().cloned());
+    for p in &layout.unprotected_missing {
+        if args.verbose > 0 {
+            eprintln!(
+                "sandbox-launch: note: {} does not exist and cannot be protected without creating it",
+                p.display()
+            );
+        }
+    }
+    let spec = SandboxSpec {
+        argv,
+        env,
+        cwd,
+        hostname: "sandbox".into(),
+        mounts: layout.mounts,
+        landlock: LandlockSpec {
+            compat: match policy.landlock {
+                LandlockCompat::HardRequirement => Compat::HardRequirement,
+                LandlockCompat::BestEffort => Compat::BestEffort,
+            },
+            rules: layout.landlock,
+            scope: true,
+            tcp_connect: None,
+        },
+        seccomp: seccomp(&policy)?,
+        network: net_spec,
+        uid: identity.uid,
+        gid: identity.gid,
+        preserve_fds: args.preserve_fd.clone(),
+        verify_unreadable: layout.verify_unreadable,
+        verify_unwritable_dirs: layout.verify_unwritable_dirs,
+    };
+    Ok(Prepared {
+        spec,
+        identity,
+        network,
+        policy,
+        warnings,
+    })
+}
+
+/// `whole-process` and `per-command`.
+pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
+    let mut status = match StatusSink::from_fd(args.json_status_fd) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sandbox-launch: {e:#}");
+            return 2;
+        }
+    };
+    let prepared = match prepare(args, argv) {
+        Ok(p) => p,
+        Err(e) => return supervisor::fail(&mut status, &e),
+    };
+    for w in &prepared.warnings {
+        eprintln!("sandbox-launch: warning: {w}");
+        status.emit(json!({"status": "warning", "warning": w}));
+    }
+    if args.verbose > 1 {
+        eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
+    }
+    let new_net = prepared.network != NetworkMode::Full;
+    supervisor::run(supervisor::Launch {
+        spec: prepared.spec,
+        identity: prepared.identity,
+        new_net,
+        status: &mut status,
+        verbose: args.verbose,
+        on_listeners: None,
+    })
+}

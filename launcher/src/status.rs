@@ -1,0 +1,45 @@
+//! `--json-status-fd N`: one JSON object per line about the sandbox's life — verified (with the
+//! facts checked from inside), running, exited, or failed (with the step and the reason).
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+
+#[derive(Default)]
+pub struct StatusSink {
+    out: Option<File>,
+}
+
+impl StatusSink {
+    pub fn from_fd(fd: Option<i32>) -> Result<Self> {
+        let Some(fd) = fd else {
+            return Ok(Self::default());
+        };
+        if fd < 3 {
+            bail!("--json-status-fd {fd}: use a descriptor above 2 (0-2 belong to the program)");
+        }
+        // SAFETY: fcntl(F_GETFD) only checks that the descriptor is open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            bail!("--json-status-fd {fd}: descriptor {fd} is not open");
+        }
+        // Never let it cross into the sandbox.
+        // SAFETY: setting FD_CLOEXEC on an open descriptor.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        // SAFETY: the caller handed us this descriptor to write to; we own it from here.
+        Ok(Self {
+            out: Some(unsafe { File::from_raw_fd(fd) }),
+        })
+    }
+
+    pub fn emit(&mut self, value: Value) {
+        if let Some(out) = &mut self.out {
+            let mut line = value.to_string();
+            line.push('\n');
+            // A reader that went away must not stop the sandbox.
+            let _ = out.write_all(line.as_bytes());
+        }
+    }
+}

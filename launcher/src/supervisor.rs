@@ -1,0 +1,175 @@
+//! The supervisor: start the shim, hand it the spec, relay what it reports, forward signals, and
+//! exit with the target's status. Nothing outlives it: the shim dies with it (parent-death
+//! signal) and takes the whole PID namespace along.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use serde_json::json;
+use shim::channel::{self, FromShim, Step, StepError, ToShim};
+use shim::init::wait_set;
+use shim::spec::SandboxSpec;
+
+use crate::namespaces::{self, Identity};
+use crate::status::StatusSink;
+
+pub struct Launch<'a> {
+    pub spec: SandboxSpec,
+    pub identity: Identity,
+    pub new_net: bool,
+    pub status: &'a mut StatusSink,
+    pub verbose: u8,
+    /// Called with the proxy listeners the shim created inside (restricted network).
+    pub on_listeners: Option<Box<dyn FnOnce(Vec<OwnedFd>) -> anyhow::Result<()> + 'a>>,
+}
+
+/// Report a failure: one line on stderr and a JSON status; returns the exit code.
+pub fn fail(status: &mut StatusSink, e: &StepError) -> i32 {
+    eprintln!("sandbox-launch: {e}");
+    let code = e.0.step.exit_code();
+    status.emit(json!({
+        "status": "failed",
+        "step": e.0.step,
+        "error": e.0.message,
+        "hint": e.0.hint,
+        "exit_code": code,
+    }));
+    code
+}
+
+/// Run the sandbox to the end; returns the launcher's exit code.
+pub fn run(mut launch: Launch<'_>) -> i32 {
+    // Blocked before the clone, so no signal is lost between clone and the wait loop; the shim
+    // inherits the mask and the target gets a clean one.
+    shim::init::block_signals();
+    let shim_proc = match namespaces::spawn_shim(launch.identity, launch.new_net) {
+        Ok(s) => s,
+        Err(e) => return fail(launch.status, &e),
+    };
+    let sync = shim_proc.sync.as_raw_fd();
+    if let Err(e) = channel::send(sync, &ToShim::Spec(Box::new(launch.spec)), &[]) {
+        namespaces::kill_and_reap(shim_proc.pid);
+        return fail(
+            launch.status,
+            &StepError::new(
+                Step::Internal,
+                format!("cannot send the spec to the sandbox: {e:#}"),
+                None,
+            ),
+        );
+    }
+    loop {
+        let msg = match channel::recv::<FromShim>(sync) {
+            Ok(Some(m)) => m,
+            Ok(None) | Err(_) => {
+                // The shim went away without a word: it died before it could report.
+                let code = wait_exit(shim_proc.pid);
+                let e = StepError::new(
+                    Step::Internal,
+                    format!("the sandbox process ended during setup ({})", describe_exit(code)),
+                    Some("run `sandbox-launch doctor`; if it passes, run again with -v and report this"),
+                );
+                return fail(launch.status, &e);
+            }
+        };
+        match msg {
+            (FromShim::Warning { text }, _) => {
+                eprintln!("sandbox-launch: warning: {text}");
+                launch
+                    .status
+                    .emit(json!({"status": "warning", "warning": text}));
+            }
+            (FromShim::Listeners, fds) => {
+                if let Some(cb) = launch.on_listeners.take() {
+                    if let Err(e) = cb(fds) {
+                        namespaces::kill_and_reap(shim_proc.pid);
+                        let e = StepError::new(Step::Network, format!("{e:#}"), None);
+                        return fail(launch.status, &e);
+                    }
+                }
+            }
+            (FromShim::Verified { facts }, _) => {
+                if launch.verbose > 0 {
+                    eprintln!("sandbox-launch: verified: {facts}");
+                }
+                launch
+                    .status
+                    .emit(json!({"status": "verified", "facts": facts}));
+            }
+            (FromShim::Started { pid }, _) => {
+                launch.status.emit(json!({
+                    "status": "running",
+                    "pid": shim_proc.pid,
+                    "child_pid_inside": pid,
+                }));
+                break;
+            }
+            (FromShim::Failed(failure), _) => {
+                wait_exit(shim_proc.pid);
+                return fail(launch.status, &StepError(failure));
+            }
+        }
+    }
+    drop(shim_proc.sync);
+    let code = forward_until_exit(shim_proc.pid);
+    launch
+        .status
+        .emit(json!({"status": "exited", "exit_code": code}));
+    code
+}
+
+fn describe_exit(code: i32) -> String {
+    if code > 128 {
+        format!("killed by signal {}", code - 128)
+    } else {
+        format!("exit status {code}")
+    }
+}
+
+/// Wait for the shim; its exit code (128+N for a signal).
+fn wait_exit(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return decode(status);
+        }
+        if r < 0 && nix::errno::Errno::last() != nix::errno::Errno::EINTR {
+            return 1;
+        }
+    }
+}
+
+fn decode(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+/// Pass signals that a process sent to the launcher on to the shim (which passes them to the
+/// target) until the shim exits. Signals from the terminal already reach the target directly.
+fn forward_until_exit(pid: libc::pid_t) -> i32 {
+    let set = wait_set();
+    loop {
+        let mut status = 0;
+        // SAFETY: non-blocking waitpid on our own child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            return decode(status);
+        }
+        // SAFETY: siginfo_t is plain data; sigwaitinfo fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointers.
+        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if sig < 0 || sig == libc::SIGCHLD {
+            continue;
+        }
+        if info.si_code <= 0 {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+}

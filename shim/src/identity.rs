@@ -1,0 +1,61 @@
+//! Identity and privileges: after this, the process has no capability in any set, cannot gain
+//! any (no_new_privs), is not dumpable, and writes no core files.
+
+use crate::channel::{AtStep, Step, StepError};
+use crate::sys;
+
+/// The highest capability number this kernel knows.
+fn last_cap() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+/// Drop every capability (bounding, ambient, inheritable, permitted, effective) and set
+/// no_new_privs. Must run after everything that needs privilege (mounts, network setup).
+pub fn drop_privileges() -> Result<(), StepError> {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: setrlimit with a valid struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } != 0 {
+        return Err(std::io::Error::last_os_error()).at(Step::Identity);
+    }
+    sys::prctl(libc::PR_SET_DUMPABLE, 0, "PR_SET_DUMPABLE, 0").at(Step::Identity)?;
+    for cap in 0..=last_cap() {
+        match sys::prctl(
+            libc::PR_CAPBSET_DROP,
+            cap as libc::c_ulong,
+            "PR_CAPBSET_DROP",
+        ) {
+            Ok(_) => {}
+            // A capability number the kernel does not know: nothing to drop.
+            Err(e) if e.errno == nix::errno::Errno::EINVAL => {}
+            Err(e) => return Err(e).at(Step::Identity),
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    let ret = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error()).at(Step::Identity);
+    }
+    for set in [
+        caps::CapSet::Inheritable,
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+    ] {
+        caps::clear(None, set).at(Step::Identity)?;
+    }
+    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS, 1").at(Step::Identity)?;
+    Ok(())
+}

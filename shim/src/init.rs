@@ -1,0 +1,227 @@
+//! PID 1 of the sandbox: start the target (PID 2), reap every zombie, forward signals sent to
+//! the launcher, and when the target exits kill whatever is left and exit with its status
+//! (128+N when it died of signal N).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+use crate::channel::{Step, StepError};
+
+/// Signals the supervisor forwards and init passes on to the target.
+pub const FORWARDED: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// The signal set init waits on: the forwarded ones plus SIGCHLD.
+pub fn wait_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in FORWARDED.iter().chain([libc::SIGCHLD].iter()) {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Block the wait set in this thread (and so in everything forked from it).
+pub fn block_signals() {
+    let set = wait_set();
+    // SAFETY: valid sigset pointer; the old mask is not needed.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Where `program` is, searched in `path_var` like execvp does.
+pub fn find_program(program: &str, path_var: Option<&str>) -> Result<PathBuf, StepError> {
+    if program.contains('/') {
+        return Ok(PathBuf::from(program));
+    }
+    let path = path_var.unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let candidate = Path::new(dir).join(program);
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            if meta.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(StepError::new(
+        Step::Exec,
+        format!("{program}: not found in PATH inside the sandbox ({path})"),
+        Some("check that the program is installed and that its directory is readable under the policy"),
+    ))
+}
+
+fn cstrings<I: IntoIterator<Item = String>>(items: I) -> Vec<CString> {
+    items
+        .into_iter()
+        .map(|s| CString::new(s).unwrap_or_default())
+        .collect()
+}
+
+fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
+    v.iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// Fork and exec the target. Returns its pid once the exec has succeeded; an exec failure is
+/// reported as an error (the target never ran).
+pub fn spawn(
+    path: &Path,
+    argv: &[String],
+    env: &[(String, String)],
+) -> Result<libc::pid_t, StepError> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+    let c_argv = cstrings(argv.iter().cloned());
+    let c_env = cstrings(env.iter().map(|(k, v)| format!("{k}={v}")));
+    let argv_p = ptrs(&c_argv);
+    let env_p = ptrs(&c_env);
+
+    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| StepError::new(Step::Exec, format!("pipe2 => {e}"), None))?;
+    // SAFETY: the shim is single-threaded; the child only makes async-signal-safe calls
+    // (sigprocmask, signal, execve, write, _exit) on memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(StepError::new(
+            Step::Exec,
+            format!("fork => {}", Errno::last()),
+            None,
+        ));
+    }
+    if pid == 0 {
+        // SAFETY: see above; this is the child.
+        unsafe { exec_child(&c_path, &argv_p, &env_p, wr.as_raw_fd()) }
+    }
+    drop(wr);
+    let mut buf = [0u8; 4];
+    let n = loop {
+        match nix::unistd::read(&rd, &mut buf) {
+            Err(Errno::EINTR) => continue,
+            other => break other.unwrap_or(0),
+        }
+    };
+    if n == 4 {
+        let errno = Errno::from_raw(i32::from_ne_bytes(buf));
+        // Reap the child that failed to exec.
+        // SAFETY: waitpid on our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        let hint = match errno {
+            Errno::EACCES => "the file is not executable for this user, or the policy does not allow executing it",
+            Errno::ENOENT => "the file or its interpreter (#! line, ELF loader) does not exist inside the sandbox",
+            _ => "check the program and the policy",
+        };
+        return Err(StepError(crate::channel::Failure {
+            step: Step::Exec,
+            message: format!("execve({}) => {errno} ({})", path.display(), errno.desc()),
+            hint: Some(hint.to_string()),
+        }));
+    }
+    Ok(pid)
+}
+
+/// In the forked child: restore default signal handling and exec. Never returns.
+///
+/// # Safety
+/// Must only be called in a freshly forked child of a single-threaded process.
+unsafe fn exec_child(
+    path: &CString,
+    argv: &[*const libc::c_char],
+    env: &[*const libc::c_char],
+    status_fd: RawFd,
+) -> ! {
+    // Handlers set by the Rust runtime (SIGPIPE ignored) must not leak into the target.
+    for sig in 1..libc::SIGRTMIN() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
+    let errno = *libc::__errno_location();
+    let bytes = errno.to_ne_bytes();
+    libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
+    libc::_exit(127);
+}
+
+/// The exit code for a wait status: the code, or 128+N for a signal.
+fn exit_code(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+/// Be init until the target exits; then kill the rest and return the target's exit code.
+pub fn supervise(target: libc::pid_t) -> i32 {
+    let set = wait_set();
+    loop {
+        // SAFETY: siginfo_t is plain data; sigwaitinfo fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid set and info pointers.
+        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if sig < 0 {
+            continue; // EINTR
+        }
+        if sig == libc::SIGCHLD {
+            if let Some(code) = reap(target) {
+                kill_everything_else();
+                return code;
+            }
+            continue;
+        }
+        // Signals from the terminal (SI_KERNEL) already reached the target through its process
+        // group; only pass on what a process sent (the supervisor forwarding a kill).
+        if info.si_code <= 0 {
+            // SAFETY: kill with a pid we started.
+            unsafe { libc::kill(target, sig) };
+        }
+    }
+}
+
+/// Reap every exited child; `Some(code)` once the target is among them.
+fn reap(target: libc::pid_t) -> Option<i32> {
+    let mut result = None;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid status pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return result;
+        }
+        if pid == target {
+            result = Some(exit_code(status));
+        }
+    }
+}
+
+/// Everything still running inside dies with the target.
+fn kill_everything_else() {
+    // SAFETY: kill(-1) from PID 1 signals every other process in this PID namespace.
+    unsafe { libc::kill(-1, libc::SIGKILL) };
+    loop {
+        // SAFETY: blocking waitpid for any child.
+        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
+        if pid < 0 && Errno::last() != Errno::EINTR {
+            break;
+        }
+    }
+}

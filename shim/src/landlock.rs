@@ -1,0 +1,208 @@
+//! Landlock: every filesystem right the running kernel knows is handled; readable roots get
+//! read+execute, writable roots every right, device files read/write/ioctl. Where the ABI has them,
+//! abstract unix sockets and signals are scoped to the sandbox and TCP connect is limited.
+
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use nix::errno::Errno;
+use serde::Serialize;
+
+use crate::channel::{AtStep, Step, StepError};
+use crate::spec::{Access as Want, Compat, LandlockSpec};
+
+/// What Landlock ended up enforcing, for the status report.
+#[derive(Debug, Clone, Serialize)]
+pub struct LandlockFacts {
+    pub abi: i32,
+    pub enforced: bool,
+    pub scoped: bool,
+    pub tcp_restricted: bool,
+    pub skipped_paths: Vec<String>,
+}
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+/// The kernel's Landlock ABI version, or the errno that says why there is none.
+pub fn kernel_abi() -> Result<i32, Errno> {
+    // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns a number.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret as i32)
+    }
+}
+
+fn abi_enum(v: i32) -> ABI {
+    match v {
+        1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
+        7 => ABI::V7,
+        8 => ABI::V8,
+        _ => ABI::V9,
+    }
+}
+
+/// Apply the ruleset to this process (and so to everything it will start). Best-effort
+/// downgrades are appended to `warnings`.
+pub fn restrict(
+    spec: &LandlockSpec,
+    warnings: &mut Vec<String>,
+) -> Result<LandlockFacts, StepError> {
+    let hard = spec.compat == Compat::HardRequirement;
+    let abi_num = match kernel_abi() {
+        Ok(v) => v,
+        Err(errno) => {
+            let why = match errno {
+                Errno::ENOSYS => {
+                    "the kernel has no Landlock (landlock_create_ruleset => ENOSYS)".to_string()
+                }
+                Errno::EOPNOTSUPP => {
+                    "Landlock is built but disabled at boot (landlock_create_ruleset => EOPNOTSUPP)"
+                        .to_string()
+                }
+                other => format!("landlock_create_ruleset => {other}"),
+            };
+            if hard {
+                return Err(StepError::new(
+                    Step::Landlock,
+                    why,
+                    Some("enable Landlock (boot with lsm=...,landlock) or set `landlock: {compatibility: best_effort}` in the policy to run without it"),
+                ));
+            }
+            warnings.push(format!(
+                "Landlock not enforced: {why} (compatibility: best_effort)"
+            ));
+            return Ok(LandlockFacts {
+                abi: 0,
+                enforced: false,
+                scoped: false,
+                tcp_restricted: false,
+                skipped_paths: Vec::new(),
+            });
+        }
+    };
+    let abi = abi_enum(abi_num);
+    let level = if hard {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let fs_all = AccessFs::from_all(abi);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(level)
+        .handle_access(fs_all)
+        .at(Step::Landlock)?;
+
+    let tcp_restricted = spec.tcp_connect.is_some() && abi_num >= 4;
+    if spec.tcp_connect.is_some() && !tcp_restricted {
+        warnings.push(format!(
+            "Landlock ABI {abi_num} has no TCP rules (needs 4): TCP connect is limited by the network namespace only"
+        ));
+    }
+    if tcp_restricted {
+        ruleset = ruleset
+            .handle_access(AccessNet::ConnectTcp)
+            .at(Step::Landlock)?;
+    }
+    let scoped = spec.scope && abi_num >= 6;
+    if spec.scope && !scoped {
+        warnings.push(format!(
+            "Landlock ABI {abi_num} cannot scope abstract unix sockets and signals (needs 6): the namespaces still isolate them"
+        ));
+    }
+    if scoped {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .at(Step::Landlock)?;
+    }
+    let mut created = ruleset.create().at(Step::Landlock)?;
+
+    let read = AccessFs::from_read(abi);
+    let device = read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let mut skipped = Vec::new();
+    for rule in &spec.rules {
+        let fd = match PathFd::new(&rule.path) {
+            Ok(fd) => fd,
+            Err(e) => {
+                if hard {
+                    return Err(StepError::new(
+                        Step::Landlock,
+                        format!("cannot open {} for a Landlock rule: {e}", rule.path.display()),
+                        Some("every path of the policy must exist under landlock.compatibility: hard_requirement"),
+                    ));
+                }
+                warnings.push(format!(
+                    "Landlock rule for {} skipped: {e}",
+                    rule.path.display()
+                ));
+                skipped.push(rule.path.display().to_string());
+                continue;
+            }
+        };
+        let mut access = match rule.access {
+            Want::Read => read,
+            Want::Write => fs_all,
+            Want::Device => device,
+        };
+        let is_dir = std::fs::metadata(&rule.path)
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        if !is_dir {
+            access &= AccessFs::from_file(abi);
+        }
+        // Only ask for what this kernel knows; with HardRequirement, asking for more is an error.
+        access &= fs_all;
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .at(Step::Landlock)?;
+    }
+    if tcp_restricted {
+        for port in spec.tcp_connect.iter().flatten() {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .at(Step::Landlock)?;
+        }
+    }
+    let status = created.restrict_self().at(Step::Landlock)?;
+    let enforced = match status.ruleset {
+        RulesetStatus::FullyEnforced => true,
+        RulesetStatus::PartiallyEnforced if !hard => {
+            warnings.push("Landlock only partially enforced (compatibility: best_effort)".into());
+            true
+        }
+        RulesetStatus::NotEnforced if !hard => {
+            warnings.push("Landlock not enforced (compatibility: best_effort)".into());
+            false
+        }
+        other => {
+            return Err(StepError::new(
+                Step::Landlock,
+                format!("Landlock is {other:?}"),
+                Some(
+                    "set `landlock: {compatibility: best_effort}` to run with partial enforcement",
+                ),
+            ))
+        }
+    };
+    Ok(LandlockFacts {
+        abi: abi_num,
+        enforced,
+        scoped,
+        tcp_restricted,
+        skipped_paths: skipped,
+    })
+}

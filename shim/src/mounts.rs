@@ -1,0 +1,298 @@
+//! The mount namespace: a new root built by hand and entered with pivot_root, the old root
+//! detached so it is unreachable afterwards.
+//!
+//! Sequence: make every mount private; mount a staging tmpfs on /tmp and pivot into it (the host
+//! root is now /oldroot); build /newroot (a read-only recursive bind of the host root, or an empty
+//! tmpfs), a fresh /proc, a minimal /dev, then the plan's binds, tmpfs mounts and masks; finally
+//! pivot into /newroot and detach the staging root together with the old root below it.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::channel::{AtStep, Step, StepError};
+use crate::spec::{MountOp, MountPlan};
+use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+
+const STAGING: &str = "/tmp";
+const NEWROOT: &str = "/newroot";
+const OLDROOT: &str = "/oldroot";
+const MASK_DIR: &str = "/mask-dir";
+const MASK_FILE: &str = "/mask-file";
+
+/// Device nodes bound from the host into the minimal /dev.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+type R<T> = Result<T, StepError>;
+
+/// Build the whole filesystem view and enter it. On return, `/` is the sandbox root.
+pub fn build(plan: &MountPlan) -> R<()> {
+    sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None).at_hint(
+        Step::Mounts,
+        "the host root cannot be made private in this mount namespace (some overlay roots refuse); run `sandbox-launch doctor`",
+    )?;
+    enter_staging()?;
+    if plan.host_root {
+        bind(Path::new(OLDROOT), Path::new(NEWROOT), true)?;
+        sys::mount_setattr_recursive(
+            Path::new(NEWROOT),
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )
+        .at_hint(Step::Mounts, "mount_setattr needs Linux 5.12 or later")?;
+    } else {
+        sys::mount(
+            Some(Path::new("tmpfs")),
+            Path::new(NEWROOT),
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some("mode=0755"),
+        )
+        .at(Step::Mounts)?;
+    }
+    mount_proc()?;
+    mount_dev()?;
+    for op in &plan.ops {
+        apply(op)?;
+    }
+    if !plan.host_root {
+        sys::mount(
+            None,
+            Path::new(NEWROOT),
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            None,
+        )
+        .at(Step::Mounts)?;
+    }
+    enter_newroot()
+}
+
+/// Mount the staging tmpfs, prepare the mask sources, and pivot into it.
+fn enter_staging() -> R<()> {
+    let staging = Path::new(STAGING);
+    sys::mount(
+        Some(Path::new("tmpfs")),
+        staging,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0755"),
+    )
+    .at_hint(
+        Step::Mounts,
+        "cannot mount a tmpfs inside the user namespace; run `sandbox-launch doctor`",
+    )?;
+    for dir in [NEWROOT, OLDROOT] {
+        sys::mkdir(&staged(dir), 0o755).at(Step::Mounts)?;
+    }
+    sys::mkdir(&staged(MASK_DIR), 0o000).at(Step::Mounts)?;
+    sys::create_file(&staged(MASK_FILE), 0o000).at(Step::Mounts)?;
+    // mkdir honours the umask; the masks must end up mode 000 exactly.
+    sys::chmod(&staged(MASK_DIR), 0o000).at(Step::Mounts)?;
+    sys::pivot_root(staging, &staged(OLDROOT)).at_hint(
+        Step::Mounts,
+        "pivot_root is refused when the host root is an initramfs (rootfs); run the launcher from a real root filesystem",
+    )?;
+    sys::chdir(Path::new("/")).at(Step::Mounts)?;
+    Ok(())
+}
+
+fn staged(path: &str) -> PathBuf {
+    Path::new(STAGING).join(path.trim_start_matches('/'))
+}
+
+/// `/newroot` + an absolute sandbox path.
+fn in_newroot(path: &Path) -> PathBuf {
+    let mut p = PathBuf::from(NEWROOT);
+    for c in path.components() {
+        if let Component::Normal(n) = c {
+            p.push(n);
+        }
+    }
+    p
+}
+
+/// `/oldroot` + an absolute host path.
+fn in_oldroot(path: &Path) -> PathBuf {
+    let mut p = PathBuf::from(OLDROOT);
+    for c in path.components() {
+        if let Component::Normal(n) = c {
+            p.push(n);
+        }
+    }
+    p
+}
+
+fn bind(source: &Path, target: &Path, recursive: bool) -> R<()> {
+    let mut flags = libc::MS_BIND;
+    if recursive {
+        flags |= libc::MS_REC;
+    }
+    sys::mount(Some(source), target, None, flags, None).at(Step::Mounts)
+}
+
+fn mount_proc() -> R<()> {
+    let target = in_newroot(Path::new("/proc"));
+    ensure_mountpoint(&target, true)?;
+    sys::mount(
+        Some(Path::new("proc")),
+        &target,
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )
+    .at_hint(
+        Step::Mounts,
+        "a fresh /proc cannot be mounted here (in containers, an over-mounted /proc blocks it); run `sandbox-launch doctor`",
+    )
+}
+
+/// A minimal /dev: a tmpfs with the harmless device nodes bound from the host, a private devpts
+/// instance (so the agent can open PTYs) and a private /dev/shm.
+fn mount_dev() -> R<()> {
+    let dev = in_newroot(Path::new("/dev"));
+    ensure_mountpoint(&dev, true)?;
+    sys::mount(
+        Some(Path::new("tmpfs")),
+        &dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755"),
+    )
+    .at(Step::Mounts)?;
+    for name in DEVICES {
+        let host = Path::new(OLDROOT).join("dev").join(name);
+        if !sys::exists(&host) {
+            continue;
+        }
+        let node = dev.join(name);
+        sys::create_file(&node, 0o666).at(Step::Mounts)?;
+        bind(&host, &node, false)?;
+    }
+    let pts = dev.join("pts");
+    sys::mkdir(&pts, 0o755).at(Step::Mounts)?;
+    sys::mount(
+        Some(Path::new("devpts")),
+        &pts,
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=620"),
+    )
+    .at(Step::Mounts)?;
+    sys::symlink(Path::new("pts/ptmx"), &dev.join("ptmx")).at(Step::Mounts)?;
+    let shm = dev.join("shm");
+    sys::mkdir(&shm, 0o755).at(Step::Mounts)?;
+    sys::mount(
+        Some(Path::new("tmpfs")),
+        &shm,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777"),
+    )
+    .at(Step::Mounts)?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        sys::symlink(Path::new(target), &dev.join(name)).at(Step::Mounts)?;
+    }
+    Ok(())
+}
+
+fn apply(op: &MountOp) -> R<()> {
+    match op {
+        MountOp::ReadOnly { source, target } => {
+            let src = in_oldroot(source);
+            let tgt = in_newroot(target);
+            ensure_mountpoint(&tgt, src.is_dir())?;
+            bind(&src, &tgt, true)?;
+            sys::mount_setattr_recursive(
+                &tgt,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            )
+            .at(Step::Mounts)
+        }
+        MountOp::ReadWrite { source, target } => {
+            let src = in_oldroot(source);
+            let tgt = in_newroot(target);
+            ensure_mountpoint(&tgt, src.is_dir())?;
+            bind(&src, &tgt, true)?;
+            sys::mount_setattr_recursive(&tgt, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                .at(Step::Mounts)
+        }
+        MountOp::Tmpfs { target, mode } => {
+            let tgt = in_newroot(target);
+            ensure_mountpoint(&tgt, true)?;
+            let data = format!("mode={mode:o}");
+            sys::mount(
+                Some(Path::new("tmpfs")),
+                &tgt,
+                Some("tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&data),
+            )
+            .at(Step::Mounts)
+        }
+        MountOp::Mask { target, dir } => {
+            let tgt = in_newroot(target);
+            let src = if *dir { MASK_DIR } else { MASK_FILE };
+            bind(Path::new(src), &tgt, false)?;
+            sys::mount(
+                None,
+                &tgt,
+                None,
+                libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+                None,
+            )
+            .at(Step::Mounts)
+        }
+        MountOp::Symlink { target, link } => {
+            let at = in_newroot(target);
+            if let Some(parent) = at.parent() {
+                mkdir_p(parent)?;
+            }
+            sys::symlink(link, &at).at(Step::Mounts)
+        }
+    }
+}
+
+/// Make sure `path` exists to mount on. In the read-only host bind it already does (the plan only
+/// names existing host paths); inside a tmpfs of ours it is created.
+fn ensure_mountpoint(path: &Path, dir: bool) -> R<()> {
+    if sys::exists(path) {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        mkdir_p(parent)?;
+    }
+    if dir {
+        sys::mkdir(path, 0o755).at(Step::Mounts)
+    } else {
+        sys::create_file(path, 0o644).at(Step::Mounts)
+    }
+}
+
+fn mkdir_p(path: &Path) -> R<()> {
+    if sys::exists(path) {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        mkdir_p(parent)?;
+    }
+    match sys::mkdir(path, 0o755) {
+        Ok(()) => Ok(()),
+        Err(e) if e.errno == nix::errno::Errno::EEXIST => Ok(()),
+        Err(e) => Err(e).at(Step::Mounts),
+    }
+}
+
+/// Pivot into /newroot and detach the staging root (and the old root beneath it).
+fn enter_newroot() -> R<()> {
+    sys::chdir(Path::new(NEWROOT)).at(Step::Mounts)?;
+    sys::pivot_root(Path::new("."), Path::new(".")).at(Step::Mounts)?;
+    sys::umount_detach(Path::new(".")).at(Step::Mounts)?;
+    sys::chdir(Path::new("/")).at(Step::Mounts)
+}

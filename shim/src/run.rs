@@ -1,0 +1,126 @@
+//! The shim's pipeline, in order: receive the spec, close stray descriptors, hostname, network,
+//! mounts, privileges, Landlock, seccomp, verification, then start the target and be its init.
+
+use std::os::fd::{AsRawFd, RawFd};
+
+use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError, ToShim};
+use crate::spec::{NetworkSpec, SandboxSpec};
+use crate::{identity, init, landlock, mounts, network, seccomp, sys, verify};
+
+/// Entry point of `sandbox-launch __shim FD`. Never returns.
+pub fn main(sync: RawFd) -> ! {
+    let code = match run(sync) {
+        Ok(code) => code,
+        Err(StepError(failure)) => {
+            let code = failure.step.exit_code();
+            // The supervisor prints the failure; if it is gone, there is no one to tell.
+            let _ = channel::send(sync, &FromShim::Failed(failure), &[]);
+            code
+        }
+    };
+    std::process::exit(code)
+}
+
+fn run(sync: RawFd) -> Result<i32, StepError> {
+    channel::set_cloexec(sync, true).at(Step::Internal)?;
+    // Die with the supervisor. Set again here: a change of credentials clears it.
+    sys::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        "PR_SET_PDEATHSIG",
+    )
+    .at(Step::Internal)?;
+    init::block_signals();
+    let spec = match channel::recv::<ToShim>(sync).at(Step::Internal)? {
+        Some((ToShim::Spec(spec), _)) => *spec,
+        // The supervisor is gone: nothing to do, nobody to tell.
+        None => return Ok(1),
+    };
+    close_stray_fds(sync, &spec.preserve_fds).at(Step::Internal)?;
+    let mut warnings = Vec::new();
+
+    sys::sethostname(&spec.hostname).at(Step::Namespaces)?;
+    setup_network(sync, &spec)?;
+    mounts::build(&spec.mounts)?;
+    sys::chdir(&spec.cwd).at_hint(
+        Step::Mounts,
+        "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
+    )?;
+    identity::drop_privileges()?;
+    let landlock = landlock::restrict(&spec.landlock, &mut warnings)?;
+    let filter = seccomp::compile(&spec.seccomp).map_err(|e| {
+        StepError::new(
+            Step::Seccomp,
+            format!("{e:#}"),
+            Some("check the seccomp policy (--seccomp-policy)"),
+        )
+    })?;
+    seccomp::install(&filter).map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
+    for text in warnings {
+        send(sync, &FromShim::Warning { text })?;
+    }
+    let facts = verify::verify(&spec, landlock)?;
+    let facts = serde_json::to_value(&facts).at(Step::Internal)?;
+    send(sync, &FromShim::Verified { facts })?;
+
+    let path_var = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let program = spec.argv.first().map(String::as_str).unwrap_or("");
+    let path = init::find_program(program, path_var)?;
+    let pid = init::spawn(&path, &spec.argv, &spec.env)?;
+    send(sync, &FromShim::Started { pid })?;
+    // SAFETY: closing our end of the sync socket; nothing uses it afterwards.
+    unsafe { libc::close(sync) };
+    Ok(init::supervise(pid))
+}
+
+fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
+    channel::send(sync, msg, &[]).at(Step::Internal)
+}
+
+fn setup_network(sync: RawFd, spec: &SandboxSpec) -> Result<(), StepError> {
+    match &spec.network {
+        NetworkSpec::Full => Ok(()),
+        NetworkSpec::None => network::loopback_up(),
+        NetworkSpec::Restricted { listen_ports } => {
+            network::loopback_up()?;
+            let listeners = network::listeners(listen_ports)?;
+            let fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
+            channel::send(sync, &FromShim::Listeners, &fds).at(Step::Network)?;
+            Ok(())
+        }
+    }
+}
+
+/// Only stdin, stdout, stderr, the sync socket and the descriptors named explicitly cross into
+/// the sandbox: a write to a descriptor the caller happened to leave open must not reach the host.
+fn close_stray_fds(sync: RawFd, preserve: &[RawFd]) -> std::io::Result<()> {
+    let mut keep: Vec<u32> = preserve
+        .iter()
+        .chain(std::iter::once(&sync))
+        .filter(|&&fd| fd > 2)
+        .map(|&fd| fd as u32)
+        .collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut first = 3u32;
+    for k in keep.iter().copied().chain(std::iter::once(u32::MAX)) {
+        if k > first {
+            // SAFETY: close_range closes descriptors only.
+            let ret = unsafe { libc::syscall(libc::SYS_close_range, first, k - 1, 0u32) };
+            if ret < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        first = k.saturating_add(1);
+    }
+    Ok(())
+}
+
+/// For callers that need the failure as a value (tests).
+pub fn describe(failure: &Failure) -> String {
+    StepError(failure.clone()).to_string()
+}

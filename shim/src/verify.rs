@@ -1,0 +1,287 @@
+//! Verify, don't assume: after every layer is applied and before the target is executed, check
+//! from inside that each one is in force. Any failed check refuses the launch.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use serde::Serialize;
+
+use crate::channel::{Step, StepError};
+use crate::landlock::LandlockFacts;
+use crate::spec::{NetworkSpec, SandboxSpec};
+
+/// The facts checked from inside, reported to `--json-status-fd`.
+#[derive(Debug, Serialize)]
+pub struct Facts {
+    pub seccomp_mode: u32,
+    pub no_new_privs: bool,
+    pub capabilities: Caps,
+    pub uid: u32,
+    pub gid: u32,
+    pub hostname: String,
+    pub landlock: LandlockFacts,
+    /// What a write outside the writable roots answered.
+    pub landlock_write_probe: String,
+    pub network_interfaces: Vec<String>,
+    /// What a connect to a non-loopback address answered (absent with the host network).
+    pub external_connect: Option<String>,
+    pub old_root_reachable: bool,
+    pub unreadable: Vec<String>,
+    pub unwritable: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct Caps {
+    pub inheritable: u64,
+    pub permitted: u64,
+    pub effective: u64,
+    pub bounding: u64,
+    pub ambient: u64,
+}
+
+fn fail(message: String) -> StepError {
+    StepError::new(
+        Step::Verify,
+        message,
+        Some("a layer did not take effect; the program was not started. Run `sandbox-launch doctor` and report this"),
+    )
+}
+
+/// Fields of /proc/self/status.
+struct Status {
+    seccomp: u32,
+    nnp: bool,
+    caps: Caps,
+}
+
+fn read_status() -> Result<Status, StepError> {
+    let text = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| fail(format!("cannot read /proc/self/status: {e}")))?;
+    let field = |name: &str| -> Option<&str> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
+            .map(str::trim)
+    };
+    let hex = |name: &str| -> Result<u64, StepError> {
+        field(name)
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            .ok_or_else(|| fail(format!("/proc/self/status has no {name}")))
+    };
+    Ok(Status {
+        seccomp: field("Seccomp").and_then(|v| v.parse().ok()).unwrap_or(0),
+        nnp: field("NoNewPrivs") == Some("1"),
+        caps: Caps {
+            inheritable: hex("CapInh")?,
+            permitted: hex("CapPrm")?,
+            effective: hex("CapEff")?,
+            bounding: hex("CapBnd")?,
+            ambient: hex("CapAmb")?,
+        },
+    })
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// Creating a directory in /dev is allowed by the mounts (a writable tmpfs of ours, owned by us)
+/// and by the permission bits, so only Landlock can refuse it: the refusal proves Landlock works.
+fn landlock_probe(facts: &LandlockFacts) -> Result<String, StepError> {
+    let probe = Path::new("/dev/.sandbox-launch-probe");
+    let c = cpath(probe);
+    // SAFETY: mkdir with a valid path.
+    let ret = unsafe { libc::mkdir(c.as_ptr(), 0o700) };
+    if ret == 0 {
+        // SAFETY: rmdir with a valid path.
+        unsafe { libc::rmdir(c.as_ptr()) };
+        if facts.enforced {
+            return Err(fail(
+                "Landlock reported enforced, but a write outside the writable roots succeeded"
+                    .into(),
+            ));
+        }
+        return Ok("allowed (Landlock not enforced)".into());
+    }
+    let errno = Errno::last();
+    if facts.enforced && errno != Errno::EACCES {
+        return Err(fail(format!(
+            "the Landlock write probe failed with {errno} instead of EACCES: cannot tell whether Landlock is in force"
+        )));
+    }
+    Ok(format!("denied ({errno})"))
+}
+
+fn interfaces() -> Result<Vec<String>, StepError> {
+    let text = std::fs::read_to_string("/proc/self/net/dev")
+        .map_err(|e| fail(format!("cannot read /proc/self/net/dev: {e}")))?;
+    Ok(text
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(|s| s.trim().to_string())
+        .collect())
+}
+
+/// A UDP connect sends nothing; it only asks the routing table. TEST-NET-1 is never routed here.
+fn external_connect() -> Result<Option<Errno>, StepError> {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")
+        .or_else(|_| std::net::UdpSocket::bind("0.0.0.0:0"))
+        .map_err(|e| {
+            fail(format!(
+                "cannot create a UDP socket for the network probe: {e}"
+            ))
+        })?;
+    match sock.connect("192.0.2.1:9") {
+        Ok(()) => Ok(None),
+        Err(e) => Ok(Some(Errno::from_raw(e.raw_os_error().unwrap_or(0)))),
+    }
+}
+
+/// Whether anything of the staging root or the old root is still mounted.
+fn old_root_reachable() -> Result<bool, StepError> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| fail(format!("cannot read /proc/self/mountinfo: {e}")))?;
+    let mut roots = 0;
+    for line in text.lines() {
+        let mount_point = line.split(' ').nth(4).unwrap_or("");
+        if mount_point == "/" {
+            roots += 1;
+        }
+        if mount_point == "/oldroot" || mount_point.starts_with("/oldroot/") {
+            return Ok(true);
+        }
+    }
+    Ok(roots != 1)
+}
+
+fn unreadable(path: &Path) -> Result<(), StepError> {
+    let c = cpath(path);
+    // SAFETY: open with a valid path; closed right away.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd >= 0 {
+        // SAFETY: we own fd.
+        unsafe { libc::close(fd) };
+        return Err(fail(format!(
+            "{} is readable although the policy denies reading it",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+fn unwritable(dir: &Path) -> Result<(), StepError> {
+    let probe = dir.join(".sandbox-launch-write-probe");
+    let c = cpath(&probe);
+    // SAFETY: open with a valid path; closed and removed right away if it succeeded.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: we own fd; unlink the probe we just created.
+        unsafe {
+            libc::close(fd);
+            libc::unlink(c.as_ptr());
+        }
+        return Err(fail(format!(
+            "{} is writable although the policy makes it read-only",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+pub fn verify(spec: &SandboxSpec, landlock: LandlockFacts) -> Result<Facts, StepError> {
+    let status = read_status()?;
+    if status.seccomp != 2 {
+        return Err(fail(format!(
+            "seccomp mode is {} instead of 2 (filter)",
+            status.seccomp
+        )));
+    }
+    if !status.nnp {
+        return Err(fail("no_new_privs is not set".into()));
+    }
+    let c = &status.caps;
+    if c.inheritable | c.permitted | c.effective | c.bounding | c.ambient != 0 {
+        return Err(fail(format!("capabilities remain: {c:?}")));
+    }
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid, euid, egid) = unsafe {
+        (
+            libc::getuid(),
+            libc::getgid(),
+            libc::geteuid(),
+            libc::getegid(),
+        )
+    };
+    if (uid, euid, gid, egid) != (spec.uid, spec.uid, spec.gid, spec.gid) {
+        return Err(fail(format!(
+            "running as uid {uid}/{euid} gid {gid}/{egid}, expected uid {} gid {}",
+            spec.uid, spec.gid
+        )));
+    }
+    let hostname = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if hostname != spec.hostname {
+        return Err(fail(format!(
+            "hostname is {hostname:?}, expected {:?}",
+            spec.hostname
+        )));
+    }
+    let landlock_write_probe = landlock_probe(&landlock)?;
+    let network_interfaces = interfaces()?;
+    let external = if spec.network == NetworkSpec::Full {
+        None
+    } else {
+        if network_interfaces != ["lo"] {
+            return Err(fail(format!(
+                "the network namespace has interfaces {network_interfaces:?}, expected only lo"
+            )));
+        }
+        match external_connect()? {
+            None => return Err(fail("a connect to a non-loopback address succeeded".into())),
+            Some(errno) => Some(errno.to_string()),
+        }
+    };
+    if old_root_reachable()? {
+        return Err(fail(
+            "the host's root is still mounted inside the sandbox".into(),
+        ));
+    }
+    for p in &spec.verify_unreadable {
+        unreadable(p)?;
+    }
+    for d in &spec.verify_unwritable_dirs {
+        unwritable(d)?;
+    }
+    Ok(Facts {
+        seccomp_mode: status.seccomp,
+        no_new_privs: status.nnp,
+        capabilities: status.caps,
+        uid,
+        gid,
+        hostname,
+        landlock,
+        landlock_write_probe,
+        network_interfaces,
+        external_connect: external,
+        old_root_reachable: false,
+        unreadable: spec
+            .verify_unreadable
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+        unwritable: spec
+            .verify_unwritable_dirs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+    })
+}
