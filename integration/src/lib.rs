@@ -1,1 +1,212 @@
-//! Helpers for the integration tests.
+//! Helpers for the integration tests: they run the real `sandbox-launch` binary, as root and as
+//! an unprivileged user, against directories each test makes for itself.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// The unprivileged user the tests switch to when they run as root.
+pub const NOBODY: u32 = 65534;
+
+/// Who starts the launcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// Whoever runs the tests. As root this exercises the container-entrypoint path (the
+    /// sandbox drops to `nobody`).
+    Invoker,
+    /// An unprivileged user (uid 65534 via setpriv when the tests run as root; the invoker
+    /// otherwise, who is then unprivileged already).
+    Unprivileged,
+}
+
+/// Both ways of starting the launcher; every isolation test runs under each.
+pub const CALLERS: [Caller; 2] = [Caller::Invoker, Caller::Unprivileged];
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The uid the program inside the sandbox runs as.
+pub fn inside_uid(_caller: Caller) -> u32 {
+    if is_root() {
+        NOBODY
+    } else {
+        // SAFETY: getuid cannot fail.
+        unsafe { libc::getuid() }
+    }
+}
+
+/// The directory of the build's binaries (target/debug), from the test executable's path.
+fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/debug/deps/test-xxxx -> target/debug
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// A copy of a built binary in a world-readable place, so an unprivileged user can run it even
+/// when the checkout lives below a private directory.
+fn staged_binary(name: &str) -> PathBuf {
+    let src = match std::env::var_os("SANDBOX_LAUNCH_BIN_DIR") {
+        Some(d) => PathBuf::from(d).join(name),
+        None => build_dir().join(name),
+    };
+    assert!(
+        src.exists(),
+        "{} is missing: build it first (scripts/test.sh runs `cargo build --workspace --all-targets`)",
+        src.display()
+    );
+    let dir = stage_dir();
+    let dst = dir.join(name);
+    std::fs::copy(&src, &dst).expect("copy binary");
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod binary");
+    dst
+}
+
+fn stage_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = PathBuf::from(format!("/var/tmp/sandbox-launch-test-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create stage dir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod stage dir");
+        d
+    })
+}
+
+/// The `sandbox-launch` binary under test.
+pub fn launcher() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| staged_binary("sandbox-launch"))
+}
+
+/// The `fault-inject` helper binary.
+pub fn fault_inject() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| staged_binary("fault-inject"))
+}
+
+/// A directory that is removed when dropped, owned by the uid the sandbox runs as.
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl TempDir {
+    /// Under /tmp (a private tmpfs inside the sandbox, so only binds make it visible).
+    pub fn new(tag: &str) -> Self {
+        Self::new_in("/tmp", tag)
+    }
+
+    /// Under `base`, which must exist.
+    pub fn new_in(base: &str, tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let path = PathBuf::from(format!("{base}/sl-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let d = TempDir { path };
+        d.give_to_sandbox_user(&d.path);
+        d
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+
+    /// Create a file (and its parents) owned by the sandbox's user.
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.path.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+            self.give_to_sandbox_user(parent);
+        }
+        std::fs::write(&p, content).expect("write");
+        self.give_to_sandbox_user(&p);
+        p
+    }
+
+    pub fn mkdir(&self, rel: &str) -> PathBuf {
+        let p = self.path.join(rel);
+        std::fs::create_dir_all(&p).expect("mkdir");
+        self.give_to_sandbox_user(&p);
+        p
+    }
+
+    /// As root, hand the path (and everything below it) to the unprivileged test user.
+    pub fn give_to_sandbox_user(&self, p: &Path) {
+        if is_root() {
+            let status = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{NOBODY}:{NOBODY}"))
+                .arg(p)
+                .status()
+                .expect("chown");
+            assert!(status.success());
+        }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A command that starts the launcher as `caller` in `cwd`.
+pub fn command(caller: Caller, cwd: &Path, args: &[&str]) -> Command {
+    command_with(launcher(), caller, cwd, args)
+}
+
+/// Like `command`, for any program (e.g. `fault-inject ... -- sandbox-launch ...`).
+pub fn command_with(program: &Path, caller: Caller, cwd: &Path, args: &[&str]) -> Command {
+    let mut cmd = if caller == Caller::Unprivileged && is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            &NOBODY.to_string(),
+            "--regid",
+            &NOBODY.to_string(),
+            "--clear-groups",
+            "--",
+        ]);
+        c.arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    cmd.args(args).current_dir(cwd).stdin(Stdio::null());
+    cmd.env("HOME", cwd);
+    cmd.env_remove("XDG_RUNTIME_DIR");
+    cmd
+}
+
+/// Run `sh -c script` in the sandbox (extra launcher options first) and collect the output.
+pub fn sh(caller: Caller, cwd: &Path, opts: &[&str], script: &str) -> Output {
+    let mut args = vec!["whole-process"];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+    command(caller, cwd, &args).output().expect("run sandbox-launch")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Panic with everything the run printed.
+pub fn explain(o: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    )
+}

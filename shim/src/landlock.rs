@@ -177,6 +177,22 @@ pub fn restrict(
                 .at(Step::Landlock)?;
         }
     }
+    // The caller's own terminal or files behind stdin/stdout/stderr: reopening them through
+    // /dev/stdout or /proc/self/fd/N must keep working (the host's pts is not under our /dev).
+    for fd in 0..=2 {
+        let path = format!("/proc/self/fd/{fd}");
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        use std::os::unix::fs::FileTypeExt;
+        let ft = meta.file_type();
+        if !(ft.is_char_device() || ft.is_file()) {
+            continue;
+        }
+        let Ok(pfd) = PathFd::new(&path) else { continue };
+        let access = (device & AccessFs::from_file(abi)) & fs_all;
+        created = created
+            .add_rule(PathBeneath::new(pfd, access))
+            .at(Step::Landlock)?;
+    }
     let status = created.restrict_self().at(Step::Landlock)?;
     let enforced = match status.ruleset {
         RulesetStatus::FullyEnforced => true,

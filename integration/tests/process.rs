@@ -1,0 +1,266 @@
+//! Privileges, seccomp, the PID/UTS/network namespaces and init, tried from inside.
+
+use std::time::{Duration, Instant};
+
+use integration::{command, explain, inside_uid, sh, stderr, stdout, TempDir, CALLERS};
+
+#[test]
+fn status_shows_seccomp_filter_no_new_privs_and_no_capabilities() {
+    for caller in CALLERS {
+        let work = TempDir::new("status");
+        let out = sh(caller, &work.path, &[], "cat /proc/self/status; id -u");
+        let text = stdout(&out);
+        assert!(out.status.success(), "{}", explain(&out));
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|| panic!("{name} missing: {}", explain(&out)))
+        };
+        assert_eq!(field("Seccomp:"), "2");
+        assert_eq!(field("NoNewPrivs:"), "1");
+        for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+            assert_eq!(field(cap), "0000000000000000", "{cap} {caller:?}");
+        }
+        assert_eq!(text.lines().last().unwrap().trim(), inside_uid(caller).to_string());
+    }
+}
+
+#[test]
+fn only_loopback_exists_and_it_works() {
+    for caller in CALLERS {
+        let work = TempDir::new("net");
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            r#"tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '
+python3 - <<'PY'
+import socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+port = s.getsockname()[1]
+def serve():
+    c, _ = s.accept(); c.sendall(b"loopback-ok"); c.close()
+threading.Thread(target=serve).start()
+c = socket.create_connection(("127.0.0.1", port)); print(c.recv(100).decode())
+try:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.connect(("192.0.2.1", 9)); print("EXTERNAL-ROUTE")
+except OSError as e:
+    print("external:", e.strerror)
+PY"#,
+        );
+        let text = stdout(&out);
+        let ifaces: Vec<&str> = text.lines().take_while(|l| !l.contains("loopback-ok")).collect();
+        assert_eq!(ifaces, ["lo"], "{caller:?}: {}", explain(&out));
+        assert!(text.contains("loopback-ok"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("external: Network is unreachable"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("EXTERNAL-ROUTE"));
+    }
+}
+
+#[test]
+fn network_full_shares_the_host_network_and_says_so() {
+    let work = TempDir::new("netfull");
+    let out = sh(integration::Caller::Invoker, &work.path, &["--network", "full"], "tail -n +3 /proc/self/net/dev | wc -l");
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(stderr(&out).contains("warning: network: full"), "{}", explain(&out));
+}
+
+#[test]
+fn nested_user_namespace_is_refused_but_fork_works() {
+    for caller in CALLERS {
+        let work = TempDir::new("nested");
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            "unshare -U true; echo unshare=$?; unshare -m true; echo mountns=$?; (echo forked) | cat",
+        );
+        let text = stdout(&out);
+        assert!(text.contains("unshare=1"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("mountns=1"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("forked"), "{caller:?}: {}", explain(&out));
+    }
+}
+
+#[test]
+fn tiocsti_is_refused_on_a_terminal_while_other_ioctls_work() {
+    for caller in CALLERS {
+        let work = TempDir::new("tiocsti");
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            r#"python3 - <<'PY'
+import fcntl, os, pty, struct, termios
+master, slave = pty.openpty()
+fcntl.ioctl(slave, termios.TIOCGWINSZ, b"\0" * 8); print("winsz-ok")
+for cmd in (termios.TIOCSTI, termios.TIOCSTI | (1 << 32)):
+    try:
+        fcntl.ioctl(slave, cmd, b"x"); print("TIOCSTI-ALLOWED")
+    except OSError as e:
+        print("tiocsti:", e.errno)
+try:
+    fcntl.ioctl(slave, 0x541C, b"\x06"); print("TIOCLINUX-ALLOWED")
+except OSError as e:
+    print("tioclinux:", e.errno)
+PY"#,
+        );
+        let text = stdout(&out);
+        assert!(text.contains("winsz-ok"), "{caller:?}: {}", explain(&out));
+        assert_eq!(text.matches("tiocsti: 1").count(), 2, "{caller:?}: {}", explain(&out));
+        assert!(text.contains("tioclinux: 1"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("ALLOWED"), "{caller:?}: {}", explain(&out));
+    }
+}
+
+#[test]
+fn exit_status_and_signal_deaths_pass_through() {
+    for caller in CALLERS {
+        let work = TempDir::new("exit");
+        assert_eq!(sh(caller, &work.path, &[], "exit 0").status.code(), Some(0));
+        assert_eq!(sh(caller, &work.path, &[], "exit 7").status.code(), Some(7));
+        assert_eq!(sh(caller, &work.path, &[], "kill -9 $$").status.code(), Some(137));
+        assert_eq!(sh(caller, &work.path, &[], "kill -TERM $$").status.code(), Some(143));
+    }
+}
+
+#[test]
+fn runs_as_pid_2_under_init_with_its_own_hostname() {
+    for caller in CALLERS {
+        let work = TempDir::new("pid");
+        let out = sh(caller, &work.path, &[], "echo pid=$$; hostname; ls /proc | grep -c '^[0-9]'");
+        let text = stdout(&out);
+        assert!(text.contains("pid=2"), "{}", explain(&out));
+        assert!(text.contains("sandbox"), "{}", explain(&out));
+        // init, sh, ls and grep at most: no host process is visible.
+        let count: usize = text.lines().last().unwrap().trim().parse().unwrap();
+        assert!(count <= 4, "{}", explain(&out));
+    }
+}
+
+#[test]
+fn missing_program_is_reported_and_exits_127() {
+    for caller in CALLERS {
+        let work = TempDir::new("noexec");
+        let out = command(caller, &work.path, &["whole-process", "--", "no-such-program-xyz"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(127), "{}", explain(&out));
+        assert!(stderr(&out).contains("no-such-program-xyz: not found"), "{}", explain(&out));
+    }
+}
+
+#[test]
+fn json_status_reports_the_verified_facts() {
+    use std::os::unix::process::CommandExt;
+    let work = TempDir::new("jsonstatus");
+    let (mut rd, wr) = std::io::pipe().unwrap();
+    let wr_fd = std::os::fd::AsRawFd::as_raw_fd(&wr);
+    let mut cmd = command(
+        integration::Caller::Unprivileged,
+        &work.path,
+        &["whole-process", "--json-status-fd", "9", "--", "true"],
+    );
+    // SAFETY: dup2 in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(wr_fd, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    drop(wr);
+    drop(cmd);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut rd, &mut text).unwrap();
+    assert!(out.status.success(), "{}", explain(&out));
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let verified = lines.iter().find(|v| v["status"] == "verified").expect(&text);
+    assert_eq!(verified["facts"]["seccomp_mode"], 2);
+    assert_eq!(verified["facts"]["no_new_privs"], true);
+    assert_eq!(verified["facts"]["landlock"]["enforced"], true);
+    assert_eq!(verified["facts"]["network_interfaces"], serde_json::json!(["lo"]));
+    assert!(lines.iter().any(|v| v["status"] == "exited" && v["exit_code"] == 0), "{text}");
+}
+
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) && !cmd.contains("sandbox-launch") {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigkill_of_the_launcher_leaves_no_process_behind() {
+    for caller in CALLERS {
+        let work = TempDir::new("sigkill");
+        let marker = format!("{}", 900_000 + std::process::id() % 10_000);
+        let script = format!("sleep {marker} & sleep {marker}");
+        let mut child = command(caller, &work.path, &["whole-process", "--", "/bin/sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        wait_until(|| processes_with(&format!("sleep {marker}")).len() == 2, "both sleeps");
+        // The launcher itself (setpriv execs it, so the pid is the same).
+        // SAFETY: kill of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        wait_until(|| processes_with(&format!("sleep {marker}")).is_empty(), "the sandbox to die");
+    }
+}
+
+#[test]
+fn stragglers_are_killed_when_the_target_exits() {
+    for caller in CALLERS {
+        let work = TempDir::new("straggler");
+        let marker = format!("{}", 800_000 + std::process::id() % 10_000);
+        let out = sh(caller, &work.path, &[], &format!("sleep {marker} & echo started"));
+        assert!(stdout(&out).contains("started"), "{}", explain(&out));
+        wait_until(|| processes_with(&format!("sleep {marker}")).is_empty(), "no straggler");
+    }
+}
+
+#[test]
+fn sigterm_to_the_launcher_reaches_the_target() {
+    for caller in CALLERS {
+        let work = TempDir::new("sigterm");
+        let script = "trap 'echo got-term > term.txt; exit 42' TERM; echo ready > ready.txt; while :; do sleep 0.05; done";
+        let mut child = command(caller, &work.path, &["whole-process", "--", "/bin/sh", "-c", script])
+            .spawn()
+            .unwrap();
+        wait_until(|| work.join("ready.txt").exists(), "the target to start");
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(42), "{caller:?}");
+        assert_eq!(std::fs::read_to_string(work.join("term.txt")).unwrap(), "got-term\n");
+    }
+}
+
+#[test]
+fn per_command_runs_a_shell_command_in_the_same_sandbox() {
+    for caller in CALLERS {
+        let work = TempDir::new("percmd");
+        let out = command(caller, &work.path, &["per-command", "-c", "echo a > f && cat f && grep Seccomp: /proc/self/status"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", explain(&out));
+        assert!(stdout(&out).contains("a\nSeccomp:\t2"), "{}", explain(&out));
+    }
+}
