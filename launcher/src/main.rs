@@ -5,6 +5,9 @@ mod cli;
 mod layout;
 mod namespaces;
 mod policy;
+// Wired into the supervisor in the next change.
+#[allow(dead_code)]
+mod proxy;
 mod sandbox;
 mod status;
 mod supervisor;
