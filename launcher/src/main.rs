@@ -5,8 +5,6 @@ mod cli;
 mod layout;
 mod namespaces;
 mod policy;
-// Wired into the supervisor in the next change.
-#[allow(dead_code)]
 mod proxy;
 mod sandbox;
 mod status;

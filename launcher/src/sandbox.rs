@@ -13,7 +13,7 @@ use crate::namespaces::Identity;
 use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
 use crate::status::StatusSink;
-use crate::{supervisor, users};
+use crate::{proxy, supervisor, users};
 
 /// Everything decided before the clone.
 pub struct Prepared {
@@ -22,6 +22,8 @@ pub struct Prepared {
     pub network: NetworkMode,
     pub policy: Policy,
     pub warnings: Vec<String>,
+    /// The proxy of `--network restricted`, started once the shim hands over its sockets.
+    pub proxy: Option<proxy::Proxy>,
 }
 
 fn policy_error(e: anyhow::Error) -> StepError {
@@ -138,21 +140,36 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
     let mut warnings = policy.warnings.clone();
     let mut env: Vec<(String, String)> = std::env::vars().collect();
     let identity = identity(&policy, &mut env, &mut warnings)?;
-    let network = policy.network.mode.unwrap_or(NetworkMode::None);
-    let net_spec = match network {
-        NetworkMode::None => NetworkSpec::None,
+    // Not said anywhere: restricted, with only what the policy allows (nothing, by default).
+    let network = policy.network.mode.unwrap_or(NetworkMode::Restricted);
+    let mut restricted_proxy = None;
+    // Landlock's TCP rules are a second layer under the network namespace.
+    let (net_spec, tcp_connect) = match network {
+        NetworkMode::None => (NetworkSpec::None, Some(args.allow_loopback_port.clone())),
         NetworkMode::Full => {
             warnings.push(
                 "network: full — the sandbox uses the host's network without any filtering".into(),
             );
-            NetworkSpec::Full
+            (NetworkSpec::Full, None)
         }
         NetworkMode::Restricted => {
-            return Err(StepError::new(
-                Step::Policy,
-                "--network restricted is not available in this build",
-                Some("use --network none or --network full"),
-            ))
+            let r = proxy::launch::prepare(
+                &policy.network,
+                &args.allow_domain,
+                &args.resolve,
+                args.events.as_deref(),
+            )
+            .map_err(policy_error)?;
+            proxy::launch::set_env(&mut env);
+            restricted_proxy = Some(r.proxy);
+            let ports = r.listen_ports;
+            let connect = ports.iter().chain(&args.allow_loopback_port).copied();
+            (
+                NetworkSpec::Restricted {
+                    listen_ports: ports.clone(),
+                },
+                Some(connect.collect()),
+            )
         }
     };
     let ctx = HostContext {
@@ -183,7 +200,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
             },
             rules: layout.landlock,
             scope: true,
-            tcp_connect: None,
+            tcp_connect,
         },
         seccomp: seccomp(&policy)?,
         network: net_spec,
@@ -199,6 +216,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         network,
         policy,
         warnings,
+        proxy: restricted_proxy,
     })
 }
 
@@ -229,6 +247,8 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         new_net,
         status: &mut status,
         verbose: args.verbose,
-        on_listeners: None,
+        on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {
+            Box::new(move |fds| proxy::launch::start(p, fds))
+        }),
     })
 }

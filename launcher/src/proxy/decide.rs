@@ -180,10 +180,6 @@ impl Decider {
         Ok(Decider { rules })
     }
 
-    pub fn rules(&self) -> &[Rule] {
-        &self.rules
-    }
-
     /// May `binary` (when known) open a connection to `host`:`port`? Decided on the name only.
     pub fn decide(
         &self,
@@ -317,7 +313,7 @@ fn allow_hint(host: &Host, port: Option<u16>) -> String {
         Some(p) => format!("{host}:{p}"),
         None => host.to_string(),
     };
-    format!("to allow it, run sandbox-launch with `--allow-domain {target}` or add it to the policy's allowed domains")
+    format!("run sandbox-launch with `--allow-domain {target}`, or add {target} to the allowed domains of the sandbox policy")
 }
 
 fn port_refused(rule: &Rule, port: u16) -> bool {

@@ -189,7 +189,7 @@ async fn dial(
             decision.verdict = Verdict::Deny;
             decision.reason = why;
             decision.hint = Some(format!(
-                "to allow it, name the host exactly: `--allow-domain {}`",
+                "name the host exactly: `--allow-domain {}`",
                 decision.host
             ));
             proxy.events.decision(protocol, &decision, binary, request);

@@ -124,13 +124,6 @@ impl Host {
         }
         Ok(Host::Name(ascii))
     }
-
-    pub fn ip(&self) -> Option<IpAddr> {
-        match self {
-            Host::Ip(ip) => Some(*ip),
-            Host::Name(_) => None,
-        }
-    }
 }
 
 /// A name whose last label is a number is read as an IPv4 address by `inet_aton` and browsers.

@@ -8,6 +8,7 @@
 pub mod decide;
 pub mod events;
 pub mod http;
+pub mod launch;
 pub mod matcher;
 pub mod resolve;
 pub mod socks5;
