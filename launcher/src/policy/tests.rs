@@ -1,0 +1,1 @@
+//! Loading through the hierarchy: precedence, trust, ceilings, flags.
