@@ -121,7 +121,12 @@ fn read_network(
     let net = doc.object(
         v,
         at,
-        &["allowedDomains", "deniedDomains", "allowUnixSockets", "mode"],
+        &[
+            "allowedDomains",
+            "deniedDomains",
+            "allowUnixSockets",
+            "mode",
+        ],
     )?;
     if let Some(v) = given(net, "allowedDomains") {
         frag.allowed_domains = domain_list(doc, v, &at.key("allowedDomains"))?;
@@ -144,12 +149,7 @@ fn read_network(
     Ok(())
 }
 
-fn path_list(
-    doc: &Doc,
-    v: &Value,
-    at: &KeyPath,
-    ctx: &PathCtx,
-) -> Result<Vec<std::path::PathBuf>> {
+fn path_list(doc: &Doc, v: &Value, at: &KeyPath, ctx: &PathCtx) -> Result<Vec<std::path::PathBuf>> {
     doc.strings(v, at)?
         .into_iter()
         .map(|(at, s)| paths::relaxed(s, ctx.cwd, ctx.home).map_err(|e| doc.error(&at, e)))
@@ -212,7 +212,10 @@ mod tests {
   },
 }"#,
         );
-        assert_eq!(f.fs_mode, None, "agent settings leave the mode to the default");
+        assert_eq!(
+            f.fs_mode, None,
+            "agent settings leave the mode to the default"
+        );
         assert_eq!(
             f.read_write,
             vec![PathBuf::from("/tmp/build-output"), "/home/u/.config".into()]
@@ -245,7 +248,10 @@ mod tests {
                 "mode": "none"}}}"#,
         );
         assert_eq!(f.denied_domains, vec!["gist.github.com"]);
-        assert_eq!(f.unix_sockets, vec![PathBuf::from("/home/u/.ssh/agent.sock")]);
+        assert_eq!(
+            f.unix_sockets,
+            vec![PathBuf::from("/home/u/.ssh/agent.sock")]
+        );
         assert_eq!(f.network_mode, Some(NetworkMode::None));
     }
 
@@ -254,7 +260,10 @@ mod tests {
         let f = parse_ok(r#"{"sandbox": {"filesystem": {"denyWrite": ["./.env", "secrets"]}}}"#);
         assert_eq!(
             f.deny_write,
-            vec![PathBuf::from("/work/proj/.env"), "/work/proj/secrets".into()]
+            vec![
+                PathBuf::from("/work/proj/.env"),
+                "/work/proj/secrets".into()
+            ]
         );
     }
 
@@ -269,11 +278,16 @@ mod tests {
     fn errors_name_the_file_and_key() {
         let e = parse_err(r#"{"sandbox": {"filesystem": {"denyRead": "~/.ssh"}}}"#);
         assert!(
-            e.contains("settings.json: sandbox.filesystem.denyRead: expected a list, found a string"),
+            e.contains(
+                "settings.json: sandbox.filesystem.denyRead: expected a list, found a string"
+            ),
             "{e}"
         );
         let e = parse_err(r#"{"sandbox": {"filesystem": {"denyRead": ["~/.ssh", 3]}}}"#);
-        assert!(e.contains("sandbox.filesystem.denyRead[1]: expected a string"), "{e}");
+        assert!(
+            e.contains("sandbox.filesystem.denyRead[1]: expected a string"),
+            "{e}"
+        );
         let e = parse_err(r#"{"sandbox": {"network": {"allowedDomains": ["*"]}}}"#);
         assert!(
             e.contains("sandbox.network.allowedDomains[0]") && e.contains("every host"),
@@ -298,9 +312,7 @@ mod tests {
 
     #[test]
     fn unknown_sandbox_keys_and_disabled_sandboxes_warn() {
-        let f = parse_ok(
-            r#"{"sandbox": {"enabled": false, "excludedCommands": ["docker"]}}"#,
-        );
+        let f = parse_ok(r#"{"sandbox": {"enabled": false, "excludedCommands": ["docker"]}}"#);
         assert!(f.warnings.iter().any(|w| w.contains("sandbox.enabled")));
         assert!(f
             .warnings

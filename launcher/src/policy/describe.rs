@@ -31,7 +31,10 @@ pub fn describe(policy: &Policy) -> String {
 fn sources(out: &mut String, p: &Policy) {
     let _ = writeln!(out, "policy files (highest precedence first):");
     if p.loaded.is_empty() {
-        let _ = writeln!(out, "  (none; command-line flags and built-in defaults only)");
+        let _ = writeln!(
+            out,
+            "  (none; command-line flags and built-in defaults only)"
+        );
     }
     for f in &p.loaded {
         let note = if f.narrowing_only {
@@ -69,7 +72,12 @@ fn filesystem(out: &mut String, p: &Policy) {
             (_, o) => origin(o.as_ref()),
         }
     );
-    paths(out, "read-only", &fs.read_only, fs.mode == FsMode::HostReadable);
+    paths(
+        out,
+        "read-only",
+        &fs.read_only,
+        fs.mode == FsMode::HostReadable,
+    );
     paths(out, "read-write", &fs.read_write, false);
     paths(out, "deny-write (beats read-write)", &fs.deny_write, false);
     paths(out, "deny-read (beats everything)", &fs.deny_read, false);
@@ -92,7 +100,11 @@ fn paths(out: &mut String, title: &str, list: &[Sourced<PathBuf>], unused: bool)
         ""
     };
     let _ = writeln!(out, "  {title}{note}:");
-    let width = list.iter().map(|s| s.value.as_os_str().len()).max().unwrap_or(0);
+    let width = list
+        .iter()
+        .map(|s| s.value.as_os_str().len())
+        .max()
+        .unwrap_or(0);
     for s in list {
         let _ = writeln!(
             out,
@@ -119,7 +131,11 @@ fn process(out: &mut String, p: &Policy) {
 fn network(out: &mut String, p: &Policy) {
     let n = &p.network;
     let mode = match n.mode {
-        Some(m) => format!("{}{}", show_network(m), origin(p.origins.network_mode.as_ref())),
+        Some(m) => format!(
+            "{}{}",
+            show_network(m),
+            origin(p.origins.network_mode.as_ref())
+        ),
         None => "not set (the launcher's default applies)".into(),
     };
     let _ = writeln!(out, "network: {mode}");

@@ -81,10 +81,9 @@ impl Doc {
             }
             match known.iter().find(|known| looks_like(k, known)) {
                 Some(meant) => {
-                    return Err(self.error(
-                        &at.key(k),
-                        format!("unknown key (did you mean `{meant}`?)"),
-                    ))
+                    return Err(
+                        self.error(&at.key(k), format!("unknown key (did you mean `{meant}`?)"))
+                    )
                 }
                 None => self.warn(
                     &at.key(k),
@@ -101,12 +100,8 @@ impl Doc {
     }
 
     pub fn boolean(&self, v: &Value, at: &KeyPath) -> Result<bool> {
-        v.as_bool().ok_or_else(|| {
-            self.error(
-                at,
-                format!("expected true or false, found {}", kind(v)),
-            )
-        })
+        v.as_bool()
+            .ok_or_else(|| self.error(at, format!("expected true or false, found {}", kind(v))))
     }
 
     pub fn list<'v>(&self, v: &'v Value, at: &KeyPath) -> Result<&'v [Value]> {
@@ -151,7 +146,10 @@ impl Doc {
             Some(n) if (1..=65535).contains(&n) => Ok(n as u16),
             _ => Err(self.error(
                 at,
-                format!("{} is not a TCP port (allowed: an integer 1..=65535)", show(v)),
+                format!(
+                    "{} is not a TCP port (allowed: an integer 1..=65535)",
+                    show(v)
+                ),
             )),
         }
     }

@@ -57,7 +57,10 @@ fn name_or_v4(raw: &str) -> Result<String, String> {
     if raw.is_empty() {
         return Err("empty host".into());
     }
-    if raw.chars().any(|c| c.is_whitespace() || c == '/' || c == '@') {
+    if raw
+        .chars()
+        .any(|c| c.is_whitespace() || c == '/' || c == '@')
+    {
         return Err(format!(
             "{raw:?} is not a host name (no spaces, `/` or `@`; write only the host, not a URL)"
         ));
@@ -165,7 +168,9 @@ mod tests {
         assert_eq!(domain_rule("*.npmjs.org:8443").unwrap(), "*.npmjs.org:8443");
         assert_eq!(domain_rule("::1").unwrap(), "[::1]");
         assert_eq!(domain_rule("[::1]:8080").unwrap(), "[::1]:8080");
-        assert!(domain_rule("github.com:0").unwrap_err().contains("1..=65535"));
+        assert!(domain_rule("github.com:0")
+            .unwrap_err()
+            .contains("1..=65535"));
         assert!(domain_rule("github.com:70000")
             .unwrap_err()
             .contains("1..=65535"));

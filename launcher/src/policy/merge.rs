@@ -29,9 +29,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 
 use super::fragment::Fragment;
-use super::model::{
-    FsMode, LandlockCompat, LoadedFile, NetworkMode, Policy, Source, Sourced,
-};
+use super::model::{FsMode, LandlockCompat, LoadedFile, NetworkMode, Policy, Source, Sourced};
 
 /// How much a layer may say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +136,14 @@ fn add_strings(out: &mut Vec<Sourced<String>>, new: &[String], src: &Source) {
 
 fn decide_scalars(layers: &[Layer], p: &mut Policy) -> Result<()> {
     let w = &mut p.warnings;
-    if let Some((v, src)) = decide(layers, "filesystem mode", |f| f.fs_mode, fs_rank, show_fs, w)? {
+    if let Some((v, src)) = decide(
+        layers,
+        "filesystem mode",
+        |f| f.fs_mode,
+        fs_rank,
+        show_fs,
+        w,
+    )? {
         p.filesystem.mode = v;
         p.origins.fs_mode = Some(src);
     }
@@ -238,9 +243,9 @@ fn decide<T: Clone + PartialEq>(
             Some((v, _)) if fits(v) => {}
             Some((v, from)) if !from.is_ceiling() => {
                 let why = match &ceiling.role {
-                    Role::Narrowing { hint } => format!(
-                        "the project is not trusted, so its policy may only narrow; {hint}"
-                    ),
+                    Role::Narrowing { hint } => {
+                        format!("the project is not trusted, so its policy may only narrow; {hint}")
+                    }
                     _ => "organisation policy cannot be widened".to_string(),
                 };
                 let msg = format!(

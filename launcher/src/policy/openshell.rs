@@ -29,9 +29,7 @@ use serde_json::{Map, Value};
 use super::document::{given, Doc, KeyPath};
 use super::fragment::Fragment;
 use super::hosts;
-use super::model::{
-    Endpoint, Enforcement, FsMode, HttpRule, LandlockCompat, NetworkRule, Source,
-};
+use super::model::{Endpoint, Enforcement, FsMode, HttpRule, LandlockCompat, NetworkRule, Source};
 use super::paths;
 
 /// The most paths `read_only` and `read_write` may list together.
@@ -60,7 +58,10 @@ pub fn parse(text: &str, file: &Path, source: Source) -> Result<Fragment> {
     let mut frag = Fragment::new(source);
     let top = KeyPath::root("");
     if root.is_null() {
-        return Err(doc.error(&top, "the file is empty (a policy needs at least `version: 1`)"));
+        return Err(doc.error(
+            &top,
+            "the file is empty (a policy needs at least `version: 1`)",
+        ));
     }
     let map = doc.object(&root, &top, TOP_KEYS)?;
     version(&doc, map)?;
@@ -97,7 +98,11 @@ fn filesystem(doc: &mut Doc, v: &Value, frag: &mut Fragment) -> Result<()> {
         frag.include_workdir = Some(doc.boolean(v, &at.key("include_workdir"))?);
     }
     let null = Value::Null;
-    frag.read_only = path_list(doc, map.get("read_only").unwrap_or(&null), &at.key("read_only"))?;
+    frag.read_only = path_list(
+        doc,
+        map.get("read_only").unwrap_or(&null),
+        &at.key("read_only"),
+    )?;
     let rw_at = at.key("read_write");
     frag.read_write = path_list(doc, map.get("read_write").unwrap_or(&null), &rw_at)?;
     if let Some(i) = frag.read_write.iter().position(|p| paths::is_root(p)) {
@@ -165,14 +170,10 @@ fn identity(doc: &Doc, v: &Value, at: &KeyPath) -> Result<String> {
     }
     let ok = !s.is_empty()
         && s.len() <= 32
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'));
     if !ok {
-        return Err(doc.error(
-            at,
-            format!("{s:?} is not a user/group name or numeric id"),
-        ));
+        return Err(doc.error(at, format!("{s:?} is not a user/group name or numeric id")));
     }
     if let Ok(n) = s.parse::<u64>() {
         if n >= u64::from(u32::MAX) {
@@ -367,7 +368,10 @@ fn http_allow(doc: &mut Doc, v: &Value, at: &KeyPath) -> Result<HttpRule> {
     let path = given(map, "path").ok_or_else(|| doc.error(&p_at, "required"))?;
     let path = doc.string(path, &p_at)?;
     if !path.starts_with('/') && !path.starts_with('*') {
-        return Err(doc.error(&p_at, format!("{path:?} must start with `/` (or a glob `*`)")));
+        return Err(doc.error(
+            &p_at,
+            format!("{path:?} must start with `/` (or a glob `*`)"),
+        ));
     }
     glob(path).map_err(|e| doc.error(&p_at, e))?;
     let mut query = BTreeMap::new();
@@ -402,12 +406,7 @@ fn query_matcher(doc: &mut Doc, v: &Value, at: &KeyPath) -> Result<Vec<String>> 
             }
             list.into_iter().map(|(_, s)| s.to_string()).collect()
         }
-        _ => {
-            return Err(doc.error(
-                at,
-                "expected a glob string or `{any: [globs]}`",
-            ))
-        }
+        _ => return Err(doc.error(at, "expected a glob string or `{any: [globs]}`")),
     };
     for g in &globs {
         glob(g).map_err(|e| doc.error(at, e))?;
@@ -421,7 +420,10 @@ fn binary(doc: &mut Doc, v: &Value, at: &KeyPath) -> Result<String> {
     let p = given(map, "path").ok_or_else(|| doc.error(&p_at, "required"))?;
     let p = doc.string(p, &p_at)?;
     if !p.starts_with('/') {
-        return Err(doc.error(&p_at, format!("{p:?} is not absolute (binary paths start with `/`)")));
+        return Err(doc.error(
+            &p_at,
+            format!("{p:?} is not absolute (binary paths start with `/`)"),
+        ));
     }
     glob(p).map_err(|e| doc.error(&p_at, e))?;
     Ok(p.to_string())
@@ -441,13 +443,23 @@ mod tests {
     use super::*;
 
     fn parse_ok(yaml: &str) -> Fragment {
-        parse(yaml, Path::new("p.yaml"), Source::PolicyFile("p.yaml".into())).unwrap()
+        parse(
+            yaml,
+            Path::new("p.yaml"),
+            Source::PolicyFile("p.yaml".into()),
+        )
+        .unwrap()
     }
 
     fn parse_err(yaml: &str) -> String {
         format!(
             "{:#}",
-            parse(yaml, Path::new("p.yaml"), Source::PolicyFile("p.yaml".into())).unwrap_err()
+            parse(
+                yaml,
+                Path::new("p.yaml"),
+                Source::PolicyFile("p.yaml".into())
+            )
+            .unwrap_err()
         )
     }
 
@@ -556,7 +568,10 @@ network_policies:
     #[test]
     fn filesystem_paths_are_validated_with_their_key_path() {
         let e = parse_err("version: 1\nfilesystem_policy:\n  read_only: [usr]\n");
-        assert!(e.contains("filesystem_policy.read_only[0]: \"usr\" is not absolute"), "{e}");
+        assert!(
+            e.contains("filesystem_policy.read_only[0]: \"usr\" is not absolute"),
+            "{e}"
+        );
         let e = parse_err("version: 1\nfilesystem_policy:\n  read_write: [/tmp, /a/../etc]\n");
         assert!(e.contains("filesystem_policy.read_write[1]"), "{e}");
         assert!(e.contains("`..`"), "{e}");
@@ -580,9 +595,15 @@ network_policies:
             "{e}"
         );
         let e = parse_err("version: 1\nprocess: {run_as_user: root}\n");
-        assert!(e.contains("process.run_as_user: the sandbox never runs as root"), "{e}");
+        assert!(
+            e.contains("process.run_as_user: the sandbox never runs as root"),
+            "{e}"
+        );
         let e = parse_err("version: 1\nprocess: {run_as_group: 0}\n");
-        assert!(e.contains("process.run_as_group: the sandbox never runs as root"), "{e}");
+        assert!(
+            e.contains("process.run_as_group: the sandbox never runs as root"),
+            "{e}"
+        );
         let e = parse_err("version: 1\nprocess: {run_as_user: \"a b\"}\n");
         assert!(e.contains("not a user/group name"), "{e}");
     }
@@ -605,11 +626,17 @@ network_policies:
         let e = endpoint_err("{host: example.com, port: 1, ports: [2]}");
         assert!(e.contains("either `port` or `ports`"), "{e}");
         let e = endpoint_err("{host: '*', port: 443}");
-        assert!(e.contains("endpoints[0].host") && e.contains("every host"), "{e}");
+        assert!(
+            e.contains("endpoints[0].host") && e.contains("every host"),
+            "{e}"
+        );
         let e = endpoint_err("{host: '*.com', port: 443}");
         assert!(e.contains("top-level"), "{e}");
         let e = endpoint_err("{host: example.com, port: 443, protocol: grpc}");
-        assert!(e.contains("protocol: \"grpc\" is not allowed (allowed: rest)"), "{e}");
+        assert!(
+            e.contains("protocol: \"grpc\" is not allowed (allowed: rest)"),
+            "{e}"
+        );
         let e = endpoint_err("{host: example.com, port: 443, enforcement: warn}");
         assert!(e.contains("(allowed: enforce, audit)"), "{e}");
         let e = endpoint_err("{host: example.com, port: 443, access: write}");
@@ -621,7 +648,10 @@ network_policies:
         let e = endpoint_err(
             "{host: example.com, port: 443, protocol: rest, rules: [{allow: {method: GET, path: 'api'}}]}",
         );
-        assert!(e.contains("rules[0].allow.path: \"api\" must start with `/`"), "{e}");
+        assert!(
+            e.contains("rules[0].allow.path: \"api\" must start with `/`"),
+            "{e}"
+        );
         let e = endpoint_err(
             "{host: example.com, port: 443, protocol: rest, rules: [{allow: {method: 'GET /', path: /}}]}",
         );
@@ -643,7 +673,10 @@ network_policies:
         let e = parse_err(
             "version: 1\nnetwork_policies:\n  n:\n    endpoints: [{host: a.example, port: 1}]\n    binaries: [{path: bin/x}]\n",
         );
-        assert!(e.contains("binaries[0].path: \"bin/x\" is not absolute"), "{e}");
+        assert!(
+            e.contains("binaries[0].path: \"bin/x\" is not absolute"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -663,7 +696,15 @@ network_policies:
         let f = parse_ok(
             "version: 1\nnetwork_policies:\n  n:\n    endpoints: [{host: a.example, port: 443, tls: terminate, access: read-only}]\n    binaries: [{path: /**}]\n",
         );
-        assert!(f.warnings.iter().any(|w| w.contains("deprecated")), "{:?}", f.warnings);
-        assert!(f.warnings.iter().any(|w| w.contains("not inspected")), "{:?}", f.warnings);
+        assert!(
+            f.warnings.iter().any(|w| w.contains("deprecated")),
+            "{:?}",
+            f.warnings
+        );
+        assert!(
+            f.warnings.iter().any(|w| w.contains("not inspected")),
+            "{:?}",
+            f.warnings
+        );
     }
 }

@@ -12,13 +12,17 @@ pub const MAX_PATH_LEN: usize = 4096;
 pub fn openshell(raw: &str) -> Result<PathBuf, String> {
     basic_checks(raw)?;
     if !raw.starts_with('/') {
-        return Err(format!("{raw:?} is not absolute (paths must start with `/`)"));
+        return Err(format!(
+            "{raw:?} is not absolute (paths must start with `/`)"
+        ));
     }
     if Path::new(raw)
         .components()
         .any(|c| matches!(c, Component::ParentDir))
     {
-        return Err(format!("{raw:?} contains `..` (write the path without traversal)"));
+        return Err(format!(
+            "{raw:?} contains `..` (write the path without traversal)"
+        ));
     }
     Ok(tidy(Path::new(raw)))
 }
