@@ -121,9 +121,9 @@ fn process(out: &mut String, p: &Policy) {
     let _ = writeln!(
         out,
         "process (applies when started as root):\n  run as user:  {}{}\n  run as group: {}{}\n",
-        user.unwrap_or("nobody (default)"),
+        user.unwrap_or("nobody"),
         origin(p.origins.run_as_user.as_ref()),
-        group.unwrap_or("the default group"),
+        group.unwrap_or("nogroup"),
         origin(p.origins.run_as_group.as_ref()),
     );
 }
