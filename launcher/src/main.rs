@@ -2,6 +2,7 @@
 //! Linux sandbox. See README.md and DESIGN.md.
 
 mod cli;
+mod doctor;
 mod layout;
 mod namespaces;
 mod policy;
@@ -25,10 +26,7 @@ fn main() {
         cli::Command::PerCommand { sandbox, command } => {
             sandbox::run(&sandbox, vec!["/bin/sh".into(), "-c".into(), command])
         }
-        cli::Command::Doctor { json: _ } => {
-            eprintln!("sandbox-launch: doctor is not available in this build");
-            1
-        }
+        cli::Command::Doctor { json } => doctor::run(json),
         cli::Command::Check { sandbox } => match sandbox::load_policy(&sandbox) {
             Ok((policy, _)) => {
                 println!("{}", policy::describe(&policy));

@@ -220,6 +220,10 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         status.emit(json!({"status": "warning", "warning": w}));
     }
     if args.verbose > 1 {
+        eprintln!(
+            "sandbox-launch: effective policy:\n{}",
+            crate::policy::describe(&prepared.policy)
+        );
         eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
     let new_net = prepared.network != NetworkMode::Full;

@@ -12,6 +12,9 @@ use shim::spec::SandboxSpec;
 use crate::namespaces::{self, Identity};
 use crate::status::StatusSink;
 
+/// Called with the listening sockets the shim created inside the sandbox's network namespace.
+pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>) -> anyhow::Result<()> + 'a>;
+
 pub struct Launch<'a> {
     pub spec: SandboxSpec,
     pub identity: Identity,
@@ -19,7 +22,7 @@ pub struct Launch<'a> {
     pub status: &'a mut StatusSink,
     pub verbose: u8,
     /// Called with the proxy listeners the shim created inside (restricted network).
-    pub on_listeners: Option<Box<dyn FnOnce(Vec<OwnedFd>) -> anyhow::Result<()> + 'a>>,
+    pub on_listeners: Option<OnListeners<'a>>,
 }
 
 /// Report a failure: one line on stderr and a JSON status; returns the exit code.

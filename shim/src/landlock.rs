@@ -181,13 +181,17 @@ pub fn restrict(
     // /dev/stdout or /proc/self/fd/N must keep working (the host's pts is not under our /dev).
     for fd in 0..=2 {
         let path = format!("/proc/self/fd/{fd}");
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
         use std::os::unix::fs::FileTypeExt;
         let ft = meta.file_type();
         if !(ft.is_char_device() || ft.is_file()) {
             continue;
         }
-        let Ok(pfd) = PathFd::new(&path) else { continue };
+        let Ok(pfd) = PathFd::new(&path) else {
+            continue;
+        };
         let access = (device & AccessFs::from_file(abi)) & fs_all;
         created = created
             .add_rule(PathBeneath::new(pfd, access))
