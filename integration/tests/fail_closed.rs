@@ -26,7 +26,12 @@ fn launch_under(caller: Caller, work: &Path, faults: &[&str], opts: &[&str]) -> 
 
 /// The launch failed at the step with `code`, said `why` in one line, and the target never ran.
 fn assert_refused(caller: Caller, work: &TempDir, out: &Output, code: i32, why: &[&str]) {
-    assert_eq!(out.status.code(), Some(code), "{caller:?}: {}", explain(out));
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{caller:?}: {}",
+        explain(out)
+    );
     assert!(
         !work.join("marker").exists(),
         "{caller:?}: the target ran although setup failed: {}",
@@ -47,7 +52,11 @@ fn assert_refused(caller: Caller, work: &TempDir, out: &Output, code: i32, why: 
 fn assert_runs(caller: Caller, work: &TempDir, opts: &[&str]) {
     let out = launch_under(caller, &work.path, &[], opts);
     assert_eq!(out.status.code(), Some(0), "{caller:?}: {}", explain(&out));
-    assert!(work.join("marker").exists(), "{caller:?}: {}", explain(&out));
+    assert!(
+        work.join("marker").exists(),
+        "{caller:?}: {}",
+        explain(&out)
+    );
     std::fs::remove_file(work.join("marker")).unwrap();
 }
 
@@ -83,7 +92,11 @@ fn best_effort_landlock_starts_without_it_and_says_so() {
             &["--policy", policy],
         );
         assert_eq!(out.status.code(), Some(0), "{caller:?}: {}", explain(&out));
-        assert!(work.join("marker").exists(), "{caller:?}: {}", explain(&out));
+        assert!(
+            work.join("marker").exists(),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert!(
             stderr(&out).to_lowercase().contains("landlock"),
             "{caller:?}: the downgrade must be reported: {}",
@@ -174,7 +187,12 @@ fn an_invalid_policy_is_refused() {
             "policy.yaml",
             "version: 1\nlandlock:\n  compatibility: whatever\n",
         );
-        let out = launch_under(caller, &work.path, &[], &["--policy", policy.to_str().unwrap()]);
+        let out = launch_under(
+            caller,
+            &work.path,
+            &[],
+            &["--policy", policy.to_str().unwrap()],
+        );
         assert_refused(caller, &work, &out, 111, &["policy.yaml", "compatibility"]);
     }
 }

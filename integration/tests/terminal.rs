@@ -30,7 +30,18 @@ impl Tmux {
             inner = format!("setpriv --reuid {NOBODY} --regid {NOBODY} --clear-groups -- {inner}");
         }
         let st = Command::new("tmux")
-            .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d", "-x", "120", "-y", "30"])
+            .args([
+                "-L",
+                &socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-x",
+                "120",
+                "-y",
+                "30",
+            ])
             .args(["-c", work.to_str().unwrap()])
             .arg(&inner)
             .status()
@@ -88,7 +99,8 @@ fn an_interactive_shell_has_job_control_and_ctrl_c_works() {
         tmux.wait_for("PROMPT$");
         let screen = tmux.screen();
         assert!(
-            !screen.contains("no job control") && !screen.contains("cannot set terminal process group"),
+            !screen.contains("no job control")
+                && !screen.contains("cannot set terminal process group"),
             "{caller:?}: {screen}"
         );
         // Ctrl-C interrupts the foreground job; the shell (and the sandbox) live on.
@@ -101,7 +113,11 @@ fn an_interactive_shell_has_job_control_and_ctrl_c_works() {
         tmux.send(&["sleep 2000 &", "Enter"]);
         tmux.send(&["jobs; echo listed", "Enter"]);
         tmux.wait_for("listed");
-        assert!(tmux.screen().contains("sleep 2000"), "{caller:?}: {}", tmux.screen());
+        assert!(
+            tmux.screen().contains("sleep 2000"),
+            "{caller:?}: {}",
+            tmux.screen()
+        );
         tmux.send(&["fg", "Enter"]);
         std::thread::sleep(Duration::from_millis(300));
         tmux.send(&["C-c"]);
@@ -122,7 +138,10 @@ fn an_interactive_shell_has_job_control_and_ctrl_c_works() {
         let exit_file = work.join("exit-status");
         let start = Instant::now();
         while !exit_file.exists() {
-            assert!(start.elapsed() < Duration::from_secs(15), "{caller:?}: no exit");
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "{caller:?}: no exit"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -443,6 +443,12 @@ impl Planner<'_> {
                 access: Access::Read,
             });
         } else {
+            // The new root holds only the allow-listed trees, so listing its directories
+            // shows nothing else; reading files still needs a rule below.
+            rules.push(LandlockRule {
+                path: "/".into(),
+                access: Access::ListDir,
+            });
             rules.push(LandlockRule {
                 path: "/proc".into(),
                 access: Access::Read,

@@ -157,6 +157,7 @@ pub fn restrict(
             Want::Read => read,
             Want::Write => fs_all,
             Want::Device => device,
+            Want::ListDir => AccessFs::ReadDir.into(),
         };
         let is_dir = std::fs::metadata(&rule.path)
             .map(|m| m.is_dir())
