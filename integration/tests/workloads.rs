@@ -54,7 +54,10 @@ fn an_mcp_stdio_server_started_by_the_agent_inherits_the_sandbox() {
         assert_eq!(r["capeff"], "0000000000000000", "{text}");
         assert_ne!(r["etc_write"], "yes", "{text}");
         // The allowed twin: the server's write in the working directory reached the host.
-        assert_eq!(std::fs::read_to_string(work.join("from-mcp.txt")).unwrap(), "hello");
+        assert_eq!(
+            std::fs::read_to_string(work.join("from-mcp.txt")).unwrap(),
+            "hello"
+        );
         assert!(!std::path::Path::new("/etc/mcp-was-here").exists());
     }
 }

@@ -14,12 +14,6 @@ mod users;
 use clap::Parser;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    // The re-executed shim: skip argument parsing, it is on the launch path.
-    if args.get(1).map(String::as_str) == Some("__shim") {
-        let fd = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(-1);
-        shim::run::main(fd);
-    }
     let cli = cli::Cli::parse();
     let code = match cli.command {
         cli::Command::WholeProcess { sandbox, command } => sandbox::run(&sandbox, command),
