@@ -30,7 +30,10 @@ mod tests {
             for arch in [TargetArch::x86_64, TargetArch::aarch64] {
                 let filters = seccompiler::compile_from_json(json.as_bytes(), arch)
                     .unwrap_or_else(|e| panic!("policy {name} on {arch:?}: {e}"));
-                assert!(filters.contains_key("main"), "policy {name} has no main filter");
+                assert!(
+                    filters.contains_key("main"),
+                    "policy {name} has no main filter"
+                );
             }
         }
     }
@@ -49,12 +52,50 @@ mod tests {
     fn frequent_syscalls_carry_no_rules() {
         let policy: serde_json::Value = serde_json::from_str(get("default").unwrap()).unwrap();
         let frequent = [
-            "read", "write", "readv", "writev", "pread64", "pwrite64", "futex", "mmap", "munmap",
-            "mprotect", "brk", "close", "openat", "newfstatat", "fstat", "statx", "lseek",
-            "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "getpid", "gettid", "clock_gettime",
-            "epoll_wait", "epoll_pwait", "poll", "ppoll", "select", "pselect6", "recvfrom",
-            "sendto", "recvmsg", "sendmsg", "getdents64", "fcntl", "dup3", "pipe2", "wait4",
-            "execve", "exit_group", "madvise", "sched_yield", "nanosleep", "getrandom",
+            "read",
+            "write",
+            "readv",
+            "writev",
+            "pread64",
+            "pwrite64",
+            "futex",
+            "mmap",
+            "munmap",
+            "mprotect",
+            "brk",
+            "close",
+            "openat",
+            "newfstatat",
+            "fstat",
+            "statx",
+            "lseek",
+            "rt_sigaction",
+            "rt_sigprocmask",
+            "rt_sigreturn",
+            "getpid",
+            "gettid",
+            "clock_gettime",
+            "epoll_wait",
+            "epoll_pwait",
+            "poll",
+            "ppoll",
+            "select",
+            "pselect6",
+            "recvfrom",
+            "sendto",
+            "recvmsg",
+            "sendmsg",
+            "getdents64",
+            "fcntl",
+            "dup3",
+            "pipe2",
+            "wait4",
+            "execve",
+            "exit_group",
+            "madvise",
+            "sched_yield",
+            "nanosleep",
+            "getrandom",
         ];
         for filter in policy.as_object().unwrap().values() {
             for rule in filter["filter"].as_array().unwrap() {

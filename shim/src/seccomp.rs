@@ -251,7 +251,10 @@ mod tests {
             r#"{"other": {"mismatch_action": "allow", "match_action": {"errno": 1}, "filter": []}}"#,
         ))
         .unwrap_err();
-        assert!(format!("{err:#}").contains("no filter named \"main\""), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("no filter named \"main\""),
+            "{err:#}"
+        );
     }
 
     #[test]
@@ -261,7 +264,10 @@ mod tests {
         ))
         .unwrap_err();
         let msg = format!("{err:#}");
-        assert!(msg.contains("'test'") && msg.contains("no_such_call"), "{msg}");
+        assert!(
+            msg.contains("'test'") && msg.contains("no_such_call"),
+            "{msg}"
+        );
     }
 
     #[test]
