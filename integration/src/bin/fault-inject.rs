@@ -164,14 +164,14 @@ fn main() {
             std::process::exit(EXIT_USAGE);
         }
     };
-    let filters = match build_filters(&invocation.injections) {
-        Ok(f) => f,
+    let filter = match build_filters(&invocation.injections) {
+        Ok(f) => chain(f),
         Err(e) => {
             eprintln!("fault-inject: {e:#}");
             std::process::exit(EXIT_USAGE);
         }
     };
-    if let Err(e) = install(&filters) {
+    if let Err(e) = install(&filter) {
         eprintln!("fault-inject: {e:#}");
         std::process::exit(EXIT_CANNOT_EXEC);
     }
@@ -312,8 +312,8 @@ fn errno_number(s: &str) -> Result<u32> {
     }
 }
 
-/// One filter per errno (a seccompiler filter has one answer), each allowing what it does not
-/// match. The kernel runs all installed filters.
+/// One seccompiler filter per errno (a filter has one answer), each allowing what it does not
+/// match, chained into one program by [`chain`].
 fn build_filters(injections: &[Injection]) -> Result<Vec<BpfProgram>> {
     let arch = std::env::consts::ARCH
         .try_into()
@@ -380,15 +380,47 @@ fn arg0_has_bit(bit: u64) -> Result<SeccompCondition> {
     )?)
 }
 
-fn install(filters: &[BpfProgram]) -> Result<()> {
+/// Concatenate filters into one program where each filter's "allow" jumps to the next filter.
+/// Installed as a single program, so a filter that makes `seccomp` fail cannot stop the rest
+/// from being installed. Each filter only jumps forward within itself, so replacing its
+/// `ret ALLOW` instructions by a jump past its end keeps every other jump valid.
+fn chain(filters: Vec<BpfProgram>) -> BpfProgram {
+    const BPF_RET_K: u16 = 0x06;
+    const BPF_JMP_JA: u16 = 0x05;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    let last = filters.len().saturating_sub(1);
+    let mut out = BpfProgram::new();
+    for (i, mut filter) in filters.into_iter().enumerate() {
+        if i != last {
+            let len = filter.len();
+            for (pc, insn) in filter.iter_mut().enumerate() {
+                if insn.code == BPF_RET_K && insn.k == SECCOMP_RET_ALLOW {
+                    insn.code = BPF_JMP_JA;
+                    insn.k = u32::try_from(len - pc - 1).unwrap_or(u32::MAX);
+                }
+            }
+        }
+        out.extend(filter);
+    }
+    out
+}
+
+/// Set no_new_privs and load `program` (nothing to load when it is empty).
+fn install(program: &BpfProgram) -> Result<()> {
     // SAFETY: integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("prctl(PR_SET_NO_NEW_PRIVS, 1)");
     }
-    for filter in filters {
-        seccompiler::apply_filter(filter).context("install the seccomp filter")?;
+    if program.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    if program.len() > 4096 {
+        bail!(
+            "the filter has {} instructions; the kernel accepts at most 4096",
+            program.len()
+        );
+    }
+    seccompiler::apply_filter(program).context("install the seccomp filter")
 }
 
 /// The filter applies to our own exec of PROGRAM too: when execve is injected, exec through
@@ -544,5 +576,97 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(build_filters(&inv.injections).unwrap().len(), 2);
+    }
+
+    /// Fork, install the filters built from `opts`, make the call, report -errno or the result.
+    fn under(opts: &[&str], call: impl Fn() -> libc::c_long) -> i32 {
+        let mut all = opts.to_vec();
+        all.extend(["--", "true"]);
+        let program = chain(build_filters(&parse(&args(&all)).unwrap().injections).unwrap());
+        // SAFETY: the child only installs the filter, makes raw syscalls and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let code = match install(&program) {
+                Err(_) => 255,
+                Ok(()) => {
+                    let rc = call();
+                    if rc == -1 {
+                        std::io::Error::last_os_error()
+                            .raw_os_error()
+                            .unwrap_or(254)
+                    } else {
+                        0
+                    }
+                }
+            };
+            // SAFETY: leaving the forked child.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status:#x}");
+        libc::WEXITSTATUS(status)
+    }
+
+    #[test]
+    fn injected_syscalls_fail_with_their_errno_and_others_work() {
+        let opts = [
+            "--errno",
+            "seccomp=EINVAL",
+            "--errno",
+            "mount=EPERM",
+            "--errno",
+            "landlock_restrict_self=0",
+            "--errno-if-arg0",
+            "prctl:4=ESRCH",
+            "--deny-clone-flags",
+            "0x10000000=EACCES",
+        ];
+        // SAFETY (all calls below): invalid pointers and fds only; nothing is written.
+        let sys = |nr: libc::c_long, a: [u64; 3]| unsafe { libc::syscall(nr, a[0], a[1], a[2]) };
+        assert_eq!(
+            under(&opts, || sys(libc::SYS_seccomp, [0, 0, 0])),
+            libc::EINVAL
+        );
+        assert_eq!(
+            under(&opts, || sys(libc::SYS_mount, [0, 0, 0])),
+            libc::EPERM
+        );
+        // Errno 0: "succeeds" without reaching the kernel (which would say EBADF).
+        assert_eq!(
+            under(&opts, || sys(
+                libc::SYS_landlock_restrict_self,
+                [u64::MAX, 0, 0]
+            )),
+            0
+        );
+        assert_eq!(
+            under(&opts, || sys(libc::SYS_prctl, [4, 1, 0])),
+            libc::ESRCH
+        );
+        assert_eq!(under(&opts, || sys(libc::SYS_prctl, [3, 0, 0])), 0);
+        let newuser = libc::CLONE_NEWUSER as u64;
+        assert_eq!(
+            under(&opts, || sys(libc::SYS_unshare, [newuser, 0, 0])),
+            libc::EACCES
+        );
+        assert_eq!(
+            under(&opts, || sys(
+                libc::SYS_clone,
+                [newuser | libc::CLONE_SIGHAND as u64, 0, 0]
+            )),
+            libc::EACCES
+        );
+        assert_eq!(
+            under(&opts, || sys(libc::SYS_clone3, [0, 0, 0])),
+            libc::ENOSYS
+        );
+        // Other namespaces and other syscalls reach the kernel.
+        assert_eq!(under(&opts, || sys(libc::SYS_unshare, [0, 0, 0])), 0);
+        assert_eq!(
+            under(&opts, || sys(libc::SYS_setns, [u64::MAX, 0, 0])),
+            libc::EBADF
+        );
     }
 }
