@@ -177,12 +177,12 @@ unsafe fn child_prepare(parent_sock: RawFd, sock: RawFd, id: Identity) {
         let mut header = libc_cap_header();
         let mut data = [CapData::default(); 2];
         if capget(&mut header, &mut data) != 0 {
-            libc::_exit(Step::Namespaces.exit_code());
+            libc::_exit(Step::Identity.exit_code());
         }
         data[0].effective = data[0].permitted;
         data[1].effective = data[1].permitted;
         if capset(&mut header, &data) != 0 {
-            libc::_exit(Step::Namespaces.exit_code());
+            libc::_exit(Step::Identity.exit_code());
         }
     }
 }

@@ -66,9 +66,19 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
             Ok(None) | Err(_) => {
                 // The shim went away without a word: it died before it could report.
                 let code = wait_exit(shim_proc.pid);
+                // Before the channel is up, the cloned child reports a failed step only by its
+                // exit code.
+                let step = (code >= 0)
+                    .then(|| Step::from_exit_code(code))
+                    .flatten()
+                    .unwrap_or(Step::Internal);
                 let e = StepError::new(
-                    Step::Internal,
-                    format!("the sandbox process ended during setup ({})", describe_exit(code)),
+                    step,
+                    format!(
+                        "the sandbox process could not {} and ended during setup ({})",
+                        step.describe(),
+                        describe_exit(code)
+                    ),
                     Some("run `sandbox-launch doctor`; if it passes, run again with -v and report this"),
                 );
                 return fail(launch.status, &e);

@@ -79,6 +79,24 @@ impl Step {
         }
     }
 
+    /// The step whose exit code is `code`, if any.
+    pub fn from_exit_code(code: i32) -> Option<Step> {
+        [
+            Step::Internal,
+            Step::Policy,
+            Step::Namespaces,
+            Step::Mounts,
+            Step::Network,
+            Step::Identity,
+            Step::Landlock,
+            Step::Seccomp,
+            Step::Verify,
+            Step::Exec,
+        ]
+        .into_iter()
+        .find(|s| s.exit_code() == code)
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Step::Policy => "load the policy",
