@@ -8,7 +8,9 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
+use seccompiler::BpfProgram;
 use shim::channel::{Step, StepError};
+use shim::spec::SandboxSpec;
 
 /// The ids inside the sandbox and how they map to the host.
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +42,12 @@ fn hint_for_clone(errno: Errno) -> &'static str {
 }
 
 /// Clone the shim. On return its id maps are written and it is on its way to exec.
-pub fn spawn_shim(id: Identity, new_net: bool) -> Result<ShimProcess, StepError> {
+pub fn spawn_shim(
+    id: Identity,
+    new_net: bool,
+    spec: SandboxSpec,
+    filter: BpfProgram,
+) -> Result<ShimProcess, StepError> {
     let err =
         |what: &str, e: Errno| StepError::new(Step::Namespaces, format!("{what} => {e}"), None);
     let (parent_sock, child_sock) = nix::sys::socket::socketpair(
@@ -87,7 +94,7 @@ pub fn spawn_shim(id: Identity, new_net: bool) -> Result<ShimProcess, StepError>
         }
         // The shim runs in this process: no re-exec (a second exec costs more than the rest
         // of the launch). It never returns.
-        shim::run::main(child_fd)
+        shim::run::main(child_fd, spec, filter)
     }
     drop(child_sock);
     let shim = ShimProcess {

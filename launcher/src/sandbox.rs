@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use seccompiler::BpfProgram;
 use serde_json::json;
 use shim::channel::{Step, StepError};
 use shim::spec::{Compat, LandlockSpec, NetworkSpec, SandboxSpec, SeccompSpec};
@@ -18,6 +19,7 @@ use crate::{supervisor, users};
 /// Everything decided before the clone.
 pub struct Prepared {
     pub spec: SandboxSpec,
+    pub filter: BpfProgram,
     pub identity: Identity,
     pub network: NetworkMode,
     pub policy: Policy,
@@ -196,6 +198,13 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         verify_unreadable: layout.verify_unreadable,
         verify_unwritable_dirs: layout.verify_unwritable_dirs,
     };
+    let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
+        StepError::new(
+            Step::Seccomp,
+            format!("{e:#}"),
+            Some("check the seccomp policy (--seccomp-policy)"),
+        )
+    })?;
     Ok(Prepared {
         spec,
         identity,
@@ -203,6 +212,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         policy,
         warnings,
         unprotected_missing: layout.unprotected_missing,
+        filter,
     })
 }
 
@@ -234,6 +244,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
     let watch = prepared.unprotected_missing.clone();
     let code = supervisor::run(supervisor::Launch {
         spec: prepared.spec,
+        filter: prepared.filter,
         identity: prepared.identity,
         new_net,
         status: &mut status,

@@ -8,19 +8,10 @@ use anyhow::{bail, Context, Result};
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::spec::SandboxSpec;
-
 /// The largest message either side sends (a spec with 256 paths is far below this).
 const MAX_MESSAGE: usize = 1 << 20;
 /// The most descriptors one message carries.
 const MAX_FDS: usize = 8;
-
-/// Supervisor -> shim.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "msg", rename_all = "snake_case")]
-pub enum ToShim {
-    Spec(Box<SandboxSpec>),
-}
 
 /// Shim -> supervisor.
 #[derive(Debug, Serialize, Deserialize)]
