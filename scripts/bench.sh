@@ -29,5 +29,6 @@ fi
 
 cargo build --release --locked --manifest-path "$root/Cargo.toml" --workspace --bins >&2
 gcc -O2 -o "$BENCH_DIR/sysloop" "$root/bench/sysloop.c"
+gcc -O2 -o "$BENCH_DIR/bulkserve" "$root/bench/bulkserve.c"
 install -m 755 "$root/target/release/sandbox-launch" "$BENCH_DIR/sandbox-launch"
 exec python3 "$root/scripts/bench.py"
