@@ -378,3 +378,47 @@ fn per_command_runs_a_shell_command_in_the_same_sandbox() {
         assert!(stdout(&out).contains("a\nSeccomp:\t2"), "{}", explain(&out));
     }
 }
+
+#[test]
+fn as_a_login_shell_it_sandboxes_the_session_and_remote_commands() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    // `login` starts the shell as `-sandbox-launch`: an interactive login shell inside.
+    let work = TempDir::new("login");
+    let mut child = std::process::Command::new(integration::launcher())
+        .arg0("-sandbox-launch")
+        .current_dir(&work.path)
+        .env("HOME", &work.path)
+        .env("SANDBOX_LAUNCH_SHELL", "/bin/sh")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo session: $(hostname) $$; grep Seccomp: /proc/self/status\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("session: sandbox 2"), "{}", explain(&out));
+    assert!(text.contains("Seccomp:\t2"), "{}", explain(&out));
+    // sshd runs a remote command as `shell -c COMMAND`.
+    for caller in CALLERS {
+        let out = command(
+            caller,
+            &work.path,
+            &["-c", "echo remote: $(hostname); exit 3"],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{caller:?}: {}", explain(&out));
+        assert!(
+            stdout(&out).contains("remote: sandbox"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}

@@ -4,6 +4,7 @@
 mod cli;
 mod doctor;
 mod layout;
+mod login;
 mod namespaces;
 mod policy;
 mod sandbox;
@@ -14,7 +15,11 @@ mod users;
 use clap::Parser;
 
 fn main() {
-    let cli = cli::Cli::parse();
+    let args: Vec<String> = std::env::args().collect();
+    let cli = match login::rewrite(&args) {
+        Some(rewritten) => cli::Cli::parse_from(rewritten),
+        None => cli::Cli::parse(),
+    };
     let code = match cli.command {
         cli::Command::WholeProcess { sandbox, command } => sandbox::run(&sandbox, command),
         cli::Command::PerCommand { sandbox, command } => {
