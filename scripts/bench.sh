@@ -31,4 +31,5 @@ cargo build --release --locked --manifest-path "$root/Cargo.toml" --workspace --
 gcc -O2 -o "$BENCH_DIR/sysloop" "$root/bench/sysloop.c"
 gcc -O2 -o "$BENCH_DIR/bulkserve" "$root/bench/bulkserve.c"
 install -m 755 "$root/target/release/sandbox-launch" "$BENCH_DIR/sandbox-launch"
+install -m 755 "$root/target/release/fault-inject" "$BENCH_DIR/fault-inject"
 exec python3 "$root/scripts/bench.py"
