@@ -191,6 +191,7 @@ fn git_commit_works_while_hooks_and_config_stay_read_only() {
             &[],
             "echo 'echo pwned' > .git/hooks/pre-commit; echo hook-rc=$?; \
              echo '[core] hooksPath = /tmp' >> .git/config; echo config-rc=$?; \
+             mv .git .git-moved 2>/dev/null; echo swap-rc=$?; \
              echo data > file && git add file && \
              git -c user.name=t -c user.email=t@e commit -q -m second && echo committed",
         );
@@ -202,6 +203,9 @@ fn git_commit_works_while_hooks_and_config_stay_read_only() {
             "{caller:?}: {}",
             explain(&out)
         );
+        // Swapping a fresh .git in under the protected name is refused too.
+        assert!(!text.contains("swap-rc=0"), "{caller:?}: {}", explain(&out));
+        assert!(!work.join(".git-moved").exists());
         assert!(!work.join(".git/hooks/pre-commit").exists());
         assert_eq!(
             std::fs::read_to_string(work.join(".git/config")).unwrap(),
