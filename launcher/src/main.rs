@@ -2,7 +2,9 @@
 //! Linux sandbox. See README.md and DESIGN.md.
 
 mod cli;
+mod doctor;
 mod layout;
+mod login;
 mod namespaces;
 mod policy;
 mod proxy;
@@ -15,21 +17,16 @@ use clap::Parser;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    // The re-executed shim: skip argument parsing, it is on the launch path.
-    if args.get(1).map(String::as_str) == Some("__shim") {
-        let fd = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(-1);
-        shim::run::main(fd);
-    }
-    let cli = cli::Cli::parse();
+    let cli = match login::rewrite(&args) {
+        Some(rewritten) => cli::Cli::parse_from(rewritten),
+        None => cli::Cli::parse(),
+    };
     let code = match cli.command {
         cli::Command::WholeProcess { sandbox, command } => sandbox::run(&sandbox, command),
         cli::Command::PerCommand { sandbox, command } => {
             sandbox::run(&sandbox, vec!["/bin/sh".into(), "-c".into(), command])
         }
-        cli::Command::Doctor { json: _ } => {
-            eprintln!("sandbox-launch: doctor is not available in this build");
-            1
-        }
+        cli::Command::Doctor { json } => doctor::run(json),
         cli::Command::Check { sandbox } => match sandbox::load_policy(&sandbox) {
             Ok((policy, _)) => {
                 println!("{}", policy::describe(&policy));

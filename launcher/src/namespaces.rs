@@ -5,11 +5,12 @@
 //! The clone happens while the launcher is still single-threaded, and the child makes only
 //! async-signal-safe calls on memory prepared before the clone until it execs.
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
+use seccompiler::BpfProgram;
 use shim::channel::{Step, StepError};
+use shim::spec::SandboxSpec;
 
 /// The ids inside the sandbox and how they map to the host.
 #[derive(Debug, Clone, Copy)]
@@ -40,15 +41,13 @@ fn hint_for_clone(errno: Errno) -> &'static str {
     }
 }
 
-fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
-}
-
 /// Clone the shim. On return its id maps are written and it is on its way to exec.
-pub fn spawn_shim(id: Identity, new_net: bool) -> Result<ShimProcess, StepError> {
+pub fn spawn_shim(
+    id: Identity,
+    new_net: bool,
+    spec: SandboxSpec,
+    filter: BpfProgram,
+) -> Result<ShimProcess, StepError> {
     let err =
         |what: &str, e: Errno| StepError::new(Step::Namespaces, format!("{what} => {e}"), None);
     let (parent_sock, child_sock) = nix::sys::socket::socketpair(
@@ -58,31 +57,7 @@ pub fn spawn_shim(id: Identity, new_net: bool) -> Result<ShimProcess, StepError>
         nix::sys::socket::SockFlag::SOCK_CLOEXEC,
     )
     .map_err(|e| err("socketpair", e))?;
-    let exe_path = c"/proc/self/exe";
-    // SAFETY: open with a valid path; the descriptor is owned below.
-    let exe_fd = unsafe { libc::open(exe_path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if exe_fd < 0 {
-        return Err(err("open(/proc/self/exe)", Errno::last()));
-    }
-    // SAFETY: fresh descriptor we own.
-    let exe = unsafe { OwnedFd::from_raw_fd(exe_fd) };
-
     let child_fd = child_sock.as_raw_fd();
-    let argv: Vec<CString> = [
-        "sandbox-launch".to_string(),
-        "__shim".into(),
-        child_fd.to_string(),
-    ]
-    .into_iter()
-    .map(|s| CString::new(s).unwrap_or_default())
-    .collect();
-    let argv_p: Vec<*const libc::c_char> = argv
-        .iter()
-        .map(|c| c.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-    let caps_top = last_cap();
 
     let mut flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -115,16 +90,11 @@ pub fn spawn_shim(id: Identity, new_net: bool) -> Result<ShimProcess, StepError>
     if pid == 0 {
         // SAFETY: the child of a fork-like clone of a single-threaded process.
         unsafe {
-            child_exec(
-                parent_sock.as_raw_fd(),
-                child_fd,
-                exe.as_raw_fd(),
-                id,
-                caps_top,
-                &argv_p,
-                &envp,
-            )
+            child_prepare(parent_sock.as_raw_fd(), child_fd, id);
         }
+        // The shim runs in this process: no re-exec (a second exec costs more than the rest
+        // of the launch). It never returns.
+        shim::run::main(child_fd, spec, filter)
     }
     drop(child_sock);
     let shim = ShimProcess {
@@ -173,20 +143,11 @@ fn write_maps(pid: libc::pid_t, id: Identity) -> Result<(), StepError> {
     Ok(())
 }
 
-/// The cloned child, before exec. Only raw, async-signal-safe syscalls.
+/// The cloned child, before the shim runs. Only raw syscalls.
 ///
 /// # Safety
-/// Must run only in the child of a fork-like clone of a single-threaded process; every pointer
-/// refers to memory prepared before the clone.
-unsafe fn child_exec(
-    parent_sock: RawFd,
-    sock: RawFd,
-    exe: RawFd,
-    id: Identity,
-    caps_top: u32,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-) -> ! {
+/// Must run only in the child of a fork-like clone of a single-threaded process.
+unsafe fn child_prepare(parent_sock: RawFd, sock: RawFd, id: Identity) {
     libc::close(parent_sock);
     libc::prctl(
         libc::PR_SET_PDEATHSIG,
@@ -201,12 +162,16 @@ unsafe fn child_exec(
         libc::_exit(1);
     }
     if id.switch_from_root {
-        if libc::setgroups(0, std::ptr::null()) != 0
+        // Keep the namespace's capabilities across the change of uid; the shim drops every
+        // one of them itself before the target runs.
+        if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0
+            || libc::setgroups(0, std::ptr::null()) != 0
             || libc::setresgid(id.gid, id.gid, id.gid) != 0
             || libc::setresuid(id.uid, id.uid, id.uid) != 0
         {
             libc::_exit(Step::Identity.exit_code());
         }
+        libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
         // A change of credentials clears the parent-death signal.
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -215,39 +180,18 @@ unsafe fn child_exec(
             0,
             0,
         );
+        // setresuid cleared the effective set; take back what is still permitted.
+        let mut header = libc_cap_header();
+        let mut data = [CapData::default(); 2];
+        if capget(&mut header, &mut data) != 0 {
+            libc::_exit(Step::Identity.exit_code());
+        }
+        data[0].effective = data[0].permitted;
+        data[1].effective = data[1].permitted;
+        if capset(&mut header, &data) != 0 {
+            libc::_exit(Step::Identity.exit_code());
+        }
     }
-    // Carry the namespace's capabilities across exec: the shim's uid is not 0 inside, so only
-    // ambient capabilities survive execve.
-    let mut header = libc_cap_header();
-    let mut data = [CapData::default(); 2];
-    if capget(&mut header, &mut data) != 0 {
-        libc::_exit(Step::Namespaces.exit_code());
-    }
-    data[0].inheritable = data[0].permitted;
-    data[1].inheritable = data[1].permitted;
-    if capset(&mut header, &data) != 0 {
-        libc::_exit(Step::Namespaces.exit_code());
-    }
-    for cap in 0..=caps_top {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
-            cap as libc::c_ulong,
-            0,
-            0,
-        );
-    }
-    let flags = libc::fcntl(sock, libc::F_GETFD);
-    libc::fcntl(sock, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
-    libc::syscall(
-        libc::SYS_execveat,
-        exe,
-        c"".as_ptr(),
-        argv.as_ptr(),
-        envp.as_ptr(),
-        libc::AT_EMPTY_PATH,
-    );
-    libc::_exit(Step::Internal.exit_code());
 }
 
 #[repr(C)]

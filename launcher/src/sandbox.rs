@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use seccompiler::BpfProgram;
 use serde_json::json;
 use shim::channel::{Step, StepError};
 use shim::spec::{Compat, LandlockSpec, NetworkSpec, SandboxSpec, SeccompSpec};
@@ -18,10 +19,14 @@ use crate::{proxy, supervisor, users};
 /// Everything decided before the clone.
 pub struct Prepared {
     pub spec: SandboxSpec,
+    pub filter: BpfProgram,
     pub identity: Identity,
     pub network: NetworkMode,
     pub policy: Policy,
     pub warnings: Vec<String>,
+    /// Protected paths that did not exist at launch (so could not be bound read-only without
+    /// creating something on the host): checked again when the sandbox ends.
+    pub unprotected_missing: Vec<PathBuf>,
     /// The proxy of `--network restricted`, started once the shim hands over its sockets.
     pub proxy: Option<proxy::Proxy>,
 }
@@ -210,12 +215,21 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         verify_unreadable: layout.verify_unreadable,
         verify_unwritable_dirs: layout.verify_unwritable_dirs,
     };
+    let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
+        StepError::new(
+            Step::Seccomp,
+            format!("{e:#}"),
+            Some("check the seccomp policy (--seccomp-policy)"),
+        )
+    })?;
     Ok(Prepared {
         spec,
         identity,
         network,
         policy,
         warnings,
+        unprotected_missing: layout.unprotected_missing,
+        filter,
         proxy: restricted_proxy,
     })
 }
@@ -238,11 +252,17 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         status.emit(json!({"status": "warning", "warning": w}));
     }
     if args.verbose > 1 {
+        eprintln!(
+            "sandbox-launch: effective policy:\n{}",
+            crate::policy::describe(&prepared.policy)
+        );
         eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
     let new_net = prepared.network != NetworkMode::Full;
-    supervisor::run(supervisor::Launch {
+    let watch = prepared.unprotected_missing.clone();
+    let code = supervisor::run(supervisor::Launch {
         spec: prepared.spec,
+        filter: prepared.filter,
         identity: prepared.identity,
         new_net,
         status: &mut status,
@@ -250,5 +270,24 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {
             Box::new(move |fds| proxy::launch::start(p, fds))
         }),
-    })
+    });
+    report_created(&watch, &mut status);
+    code
+}
+
+/// A protected path that did not exist at launch can be created inside a writable tree (making
+/// it uncreatable would mean creating it on the host first). Say so loudly when that happened:
+/// such files run code outside the sandbox later (direnv, editor tasks, agent configuration).
+fn report_created(watch: &[PathBuf], status: &mut StatusSink) {
+    for p in watch {
+        if std::fs::symlink_metadata(p).is_ok() {
+            let text = format!(
+                "{} was created inside the sandbox; it is a protected path (it can run code \
+                 outside the sandbox later): review it before trusting this directory",
+                p.display()
+            );
+            eprintln!("sandbox-launch: warning: {text}");
+            status.emit(json!({"status": "warning", "warning": text, "created": p}));
+        }
+    }
 }

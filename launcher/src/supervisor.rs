@@ -4,19 +4,22 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use seccompiler::BpfProgram;
 use serde_json::json;
-use shim::channel::{self, FromShim, Step, StepError, ToShim};
+use shim::channel::{self, FromShim, Step, StepError};
 use shim::init::wait_set;
 use shim::spec::SandboxSpec;
 
 use crate::namespaces::{self, Identity};
 use crate::status::StatusSink;
 
-/// Called with the proxy listeners the shim created inside (restricted network).
+/// Called with the listening sockets the shim created inside the sandbox's network namespace.
 pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>) -> anyhow::Result<()> + 'a>;
 
 pub struct Launch<'a> {
     pub spec: SandboxSpec,
+    /// The compiled seccomp filter (compiled before the clone, so a bad policy fails early).
+    pub filter: BpfProgram,
     pub identity: Identity,
     pub new_net: bool,
     pub status: &'a mut StatusSink,
@@ -44,31 +47,31 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
     // Blocked before the clone, so no signal is lost between clone and the wait loop; the shim
     // inherits the mask and the target gets a clean one.
     shim::init::block_signals();
-    let shim_proc = match namespaces::spawn_shim(launch.identity, launch.new_net) {
-        Ok(s) => s,
-        Err(e) => return fail(launch.status, &e),
-    };
+    let shim_proc =
+        match namespaces::spawn_shim(launch.identity, launch.new_net, launch.spec, launch.filter) {
+            Ok(s) => s,
+            Err(e) => return fail(launch.status, &e),
+        };
     let sync = shim_proc.sync.as_raw_fd();
-    if let Err(e) = channel::send(sync, &ToShim::Spec(Box::new(launch.spec)), &[]) {
-        namespaces::kill_and_reap(shim_proc.pid);
-        return fail(
-            launch.status,
-            &StepError::new(
-                Step::Internal,
-                format!("cannot send the spec to the sandbox: {e:#}"),
-                None,
-            ),
-        );
-    }
     loop {
         let msg = match channel::recv::<FromShim>(sync) {
             Ok(Some(m)) => m,
             Ok(None) | Err(_) => {
                 // The shim went away without a word: it died before it could report.
                 let code = wait_exit(shim_proc.pid);
+                // Before the channel is up, the cloned child reports a failed step only by its
+                // exit code.
+                let step = (code >= 0)
+                    .then(|| Step::from_exit_code(code))
+                    .flatten()
+                    .unwrap_or(Step::Internal);
                 let e = StepError::new(
-                    Step::Internal,
-                    format!("the sandbox process ended during setup ({})", describe_exit(code)),
+                    step,
+                    format!(
+                        "the sandbox process could not {} and ended during setup ({})",
+                        step.describe(),
+                        describe_exit(code)
+                    ),
                     Some("run `sandbox-launch doctor`; if it passes, run again with -v and report this"),
                 );
                 return fail(launch.status, &e);

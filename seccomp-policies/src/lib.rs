@@ -1,4 +1,10 @@
 //! seccomp filters as data: seccompiler JSON files under `policies/`, embedded at build time.
+//!
+//! A policy is a seccompiler JSON object of named filters. `"main"` is required and runs first;
+//! other filters follow in name order, each deciding only what the previous ones allowed (the
+//! shim chains them into one BPF program). seccompiler gives a filter one answer for all it
+//! matches, so a second filter is how a policy answers with a second errno: `default` denies with
+//! EPERM in `"main"` and answers `clone3` with ENOSYS in `"enosys"`. See `policies/README.md`.
 
 /// The embedded policies, by name.
 pub const POLICIES: &[(&str, &str)] = &[("default", include_str!("../policies/default.json"))];
@@ -9,4 +15,93 @@ pub fn get(name: &str) -> Option<&'static str> {
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, json)| *json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seccompiler::TargetArch;
+
+    /// The policies are data read at run time: a syscall name missing on one architecture would
+    /// only show up there. Compile every policy for every architecture seccompiler knows.
+    #[test]
+    fn every_policy_compiles_on_x86_64_and_aarch64() {
+        for (name, json) in POLICIES {
+            for arch in [TargetArch::x86_64, TargetArch::aarch64] {
+                let filters = seccompiler::compile_from_json(json.as_bytes(), arch)
+                    .unwrap_or_else(|e| panic!("policy {name} on {arch:?}: {e}"));
+                assert!(
+                    filters.contains_key("main"),
+                    "policy {name} has no main filter"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn default_policy_is_a_denylist_answering_eperm_and_enosys() {
+        let policy: serde_json::Value = serde_json::from_str(get("default").unwrap()).unwrap();
+        assert_eq!(policy["main"]["mismatch_action"], "allow");
+        assert_eq!(policy["main"]["match_action"]["errno"], libc::EPERM);
+        assert_eq!(policy["enosys"]["match_action"]["errno"], libc::ENOSYS);
+    }
+
+    /// Frequent syscalls must carry no rule at all, so the kernel's seccomp cache can answer
+    /// them without running the filter.
+    #[test]
+    fn frequent_syscalls_carry_no_rules() {
+        let policy: serde_json::Value = serde_json::from_str(get("default").unwrap()).unwrap();
+        let frequent = [
+            "read",
+            "write",
+            "readv",
+            "writev",
+            "pread64",
+            "pwrite64",
+            "futex",
+            "mmap",
+            "munmap",
+            "mprotect",
+            "brk",
+            "close",
+            "openat",
+            "newfstatat",
+            "fstat",
+            "statx",
+            "lseek",
+            "rt_sigaction",
+            "rt_sigprocmask",
+            "rt_sigreturn",
+            "getpid",
+            "gettid",
+            "clock_gettime",
+            "epoll_wait",
+            "epoll_pwait",
+            "poll",
+            "ppoll",
+            "select",
+            "pselect6",
+            "recvfrom",
+            "sendto",
+            "recvmsg",
+            "sendmsg",
+            "getdents64",
+            "fcntl",
+            "dup3",
+            "pipe2",
+            "wait4",
+            "execve",
+            "exit_group",
+            "madvise",
+            "sched_yield",
+            "nanosleep",
+            "getrandom",
+        ];
+        for filter in policy.as_object().unwrap().values() {
+            for rule in filter["filter"].as_array().unwrap() {
+                let syscall = rule["syscall"].as_str().unwrap();
+                assert!(!frequent.contains(&syscall), "{syscall} has a rule");
+            }
+        }
+    }
 }

@@ -8,19 +8,10 @@ use anyhow::{bail, Context, Result};
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::spec::SandboxSpec;
-
 /// The largest message either side sends (a spec with 256 paths is far below this).
 const MAX_MESSAGE: usize = 1 << 20;
 /// The most descriptors one message carries.
 const MAX_FDS: usize = 8;
-
-/// Supervisor -> shim.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "msg", rename_all = "snake_case")]
-pub enum ToShim {
-    Spec(Box<SandboxSpec>),
-}
 
 /// Shim -> supervisor.
 #[derive(Debug, Serialize, Deserialize)]
@@ -77,6 +68,24 @@ impl Step {
             Step::Verify => 118,
             Step::Exec => 127,
         }
+    }
+
+    /// The step whose exit code is `code`, if any.
+    pub fn from_exit_code(code: i32) -> Option<Step> {
+        [
+            Step::Internal,
+            Step::Policy,
+            Step::Namespaces,
+            Step::Mounts,
+            Step::Network,
+            Step::Identity,
+            Step::Landlock,
+            Step::Seccomp,
+            Step::Verify,
+            Step::Exec,
+        ]
+        .into_iter()
+        .find(|s| s.exit_code() == code)
     }
 
     pub fn describe(self) -> &'static str {

@@ -157,6 +157,7 @@ pub fn restrict(
             Want::Read => read,
             Want::Write => fs_all,
             Want::Device => device,
+            Want::ListDir => AccessFs::ReadDir.into(),
         };
         let is_dir = std::fs::metadata(&rule.path)
             .map(|m| m.is_dir())
@@ -181,13 +182,17 @@ pub fn restrict(
     // /dev/stdout or /proc/self/fd/N must keep working (the host's pts is not under our /dev).
     for fd in 0..=2 {
         let path = format!("/proc/self/fd/{fd}");
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
         use std::os::unix::fs::FileTypeExt;
         let ft = meta.file_type();
         if !(ft.is_char_device() || ft.is_file()) {
             continue;
         }
-        let Ok(pfd) = PathFd::new(&path) else { continue };
+        let Ok(pfd) = PathFd::new(&path) else {
+            continue;
+        };
         let access = (device & AccessFs::from_file(abi)) & fs_all;
         created = created
             .add_rule(PathBeneath::new(pfd, access))

@@ -3,13 +3,16 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 
-use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError, ToShim};
+use seccompiler::BpfProgram;
+
+use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError};
 use crate::spec::{NetworkSpec, SandboxSpec};
 use crate::{identity, init, landlock, mounts, network, seccomp, sys, verify};
 
-/// Entry point of `sandbox-launch __shim FD`. Never returns.
-pub fn main(sync: RawFd) -> ! {
-    let code = match run(sync) {
+/// Entry point of the shim, in the child of the supervisor's clone: `spec` and the compiled
+/// seccomp `filter` are this process's copies of the supervisor's. Never returns.
+pub fn main(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> ! {
+    let code = match run(sync, spec, filter) {
         Ok(code) => code,
         Err(StepError(failure)) => {
             let code = failure.step.exit_code();
@@ -21,7 +24,7 @@ pub fn main(sync: RawFd) -> ! {
     std::process::exit(code)
 }
 
-fn run(sync: RawFd) -> Result<i32, StepError> {
+fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepError> {
     channel::set_cloexec(sync, true).at(Step::Internal)?;
     // Die with the supervisor. Set again here: a change of credentials clears it.
     sys::prctl(
@@ -31,11 +34,6 @@ fn run(sync: RawFd) -> Result<i32, StepError> {
     )
     .at(Step::Internal)?;
     init::block_signals();
-    let spec = match channel::recv::<ToShim>(sync).at(Step::Internal)? {
-        Some((ToShim::Spec(spec), _)) => *spec,
-        // The supervisor is gone: nothing to do, nobody to tell.
-        None => return Ok(1),
-    };
     close_stray_fds(sync, &spec.preserve_fds).at(Step::Internal)?;
     let mut warnings = Vec::new();
 
@@ -48,13 +46,6 @@ fn run(sync: RawFd) -> Result<i32, StepError> {
     )?;
     identity::drop_privileges()?;
     let landlock = landlock::restrict(&spec.landlock, &mut warnings)?;
-    let filter = seccomp::compile(&spec.seccomp).map_err(|e| {
-        StepError::new(
-            Step::Seccomp,
-            format!("{e:#}"),
-            Some("check the seccomp policy (--seccomp-policy)"),
-        )
-    })?;
     seccomp::install(&filter).map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
     for text in warnings {
         send(sync, &FromShim::Warning { text })?;

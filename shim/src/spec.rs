@@ -70,6 +70,8 @@ pub enum Access {
     Write,
     /// Read, write and ioctl on device files (terminals, /dev/null...).
     Device,
+    /// List directories (and nothing else) beneath.
+    ListDir,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,11 +1,39 @@
-//! Policy: one internal model, several input formats, one merge.
-//! (Interim: command-line flags only; the file formats land with the policy module.)
+//! Policy: one internal model ([`model`]), several input formats, one merge.
+//!
+//! Sources, highest precedence first (see [`merge`] for how they combine):
+//!
+//! 1. org: `/etc/sandbox-launch/{policy.yaml,settings.json}`: a ceiling; its denies cannot be
+//!    removed and its single values cannot be widened;
+//! 2. command-line flags (`--allow-write`, `--deny-read`, `--network`, ...), which add to what
+//!    the files say;
+//! 3. `--policy FILE` (OpenShell YAML, [`openshell`]) and `--settings FILE` (agent settings JSON,
+//!    [`agent_settings`]);
+//! 4. project: `<project>/.sandbox-launch/…`: may only narrow unless the user trusts the project
+//!    ([`hierarchy`] documents the `trusted-projects` file);
+//! 5. user: `$XDG_CONFIG_HOME/sandbox-launch/…`.
+//!
+//! Deny always beats allow: denies from every source are kept, and the layout planner and the
+//! proxy give them precedence over allows.
+pub mod agent_settings;
+mod describe;
+mod document;
+mod fragment;
+pub mod hierarchy;
+mod hosts;
+mod jsonc;
+pub mod merge;
 pub mod model;
+pub mod openshell;
+mod paths;
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
-use model::{NetworkMode, Policy, Source, Sourced};
+use anyhow::{anyhow, Result};
+
+pub use describe::describe;
+use fragment::Fragment;
+use merge::{Layer, Role};
+use model::{NetworkMode, Policy, Source};
 
 pub struct LoadRequest {
     pub cwd: PathBuf,
@@ -50,22 +78,94 @@ impl LoadRequest {
     }
 }
 
+/// Read every source the request names or implies and merge them into the effective policy.
 pub fn load(req: &LoadRequest) -> Result<Policy> {
-    if req.policy_file.is_some() || req.settings_file.is_some() {
-        bail!("policy files are not supported yet");
-    }
-    let mut p = Policy::default();
-    p.filesystem.include_workdir = true;
-    let abs = |x: &PathBuf| Sourced::new(req.cwd.join(x), Source::CommandLine);
-    p.filesystem.read_write = req.allow_write.iter().map(abs).collect();
-    p.filesystem.deny_write = req.deny_write.iter().map(abs).collect();
-    p.filesystem.deny_read = req.deny_read.iter().map(abs).collect();
-    p.filesystem.unix_sockets = req.allow_unix_socket.iter().map(abs).collect();
-    p.network.mode = req.network;
-    p.seccomp = req.seccomp_policy.clone();
-    Ok(p)
+    merge::merge(&layers(req)?)
 }
 
-pub fn describe(policy: &Policy) -> String {
-    format!("{policy:#?}")
+/// Every layer, highest precedence first.
+fn layers(req: &LoadRequest) -> Result<Vec<Layer>> {
+    let (cwd, home) = (req.cwd.as_path(), req.home.as_path());
+    let mut out = Vec::new();
+    for frag in hierarchy::level_files(&req.org_dir, Source::Org, cwd, home)? {
+        out.push(Layer {
+            frag,
+            role: Role::Org,
+        });
+    }
+    let explicit = Role::Grants { explicit: true };
+    out.push(Layer {
+        frag: flags(req)?,
+        role: explicit.clone(),
+    });
+    if let Some(file) = &req.policy_file {
+        out.push(Layer {
+            frag: openshell::load(file, Source::PolicyFile(file.clone()))?,
+            role: explicit.clone(),
+        });
+    }
+    if let Some(file) = &req.settings_file {
+        out.push(Layer {
+            frag: agent_settings::load(file, Source::SettingsFile(file.clone()), cwd, home)?,
+            role: explicit,
+        });
+    }
+    if let Some(project) = hierarchy::project_root(cwd) {
+        let role = if hierarchy::is_trusted(&project, &req.user_dir, home)? {
+            Role::Grants { explicit: false }
+        } else {
+            Role::Narrowing {
+                hint: hierarchy::trust_hint(&project, &req.user_dir),
+            }
+        };
+        let dir = project.join(hierarchy::PROJECT_DIR);
+        for frag in hierarchy::level_files(&dir, Source::Project, cwd, home)? {
+            out.push(Layer {
+                frag,
+                role: role.clone(),
+            });
+        }
+    }
+    for frag in hierarchy::level_files(&req.user_dir, Source::User, cwd, home)? {
+        out.push(Layer {
+            frag,
+            role: Role::Grants { explicit: false },
+        });
+    }
+    Ok(out)
 }
+
+/// What the command-line flags say. Paths: `~` expands, relative ones join the working
+/// directory.
+fn flags(req: &LoadRequest) -> Result<Fragment> {
+    let mut f = Fragment::new(Source::CommandLine);
+    let path = |flag: &str, p: &PathBuf| -> Result<PathBuf> {
+        let raw = p
+            .to_str()
+            .ok_or_else(|| anyhow!("{flag} {}: not valid UTF-8", p.display()))?;
+        paths::relaxed(raw, &req.cwd, &req.home).map_err(|e| anyhow!("{flag}: {e}"))
+    };
+    let list = |flag: &str, ps: &[PathBuf]| -> Result<Vec<PathBuf>> {
+        ps.iter().map(|p| path(flag, p)).collect()
+    };
+    f.read_write = list("--allow-write", &req.allow_write)?;
+    if f.read_write.iter().any(|p| paths::is_root(p)) {
+        return Err(anyhow!(
+            "--allow-write /: the whole host cannot be writable; name the directories that need writing"
+        ));
+    }
+    f.deny_write = list("--deny-write", &req.deny_write)?;
+    f.deny_read = list("--deny-read", &req.deny_read)?;
+    f.unix_sockets = list("--allow-unix-socket", &req.allow_unix_socket)?;
+    f.allowed_domains = req
+        .allow_domain
+        .iter()
+        .map(|d| hosts::domain_rule(d).map_err(|e| anyhow!("--allow-domain: {e}")))
+        .collect::<Result<_>>()?;
+    f.network_mode = req.network;
+    f.seccomp = req.seccomp_policy.clone();
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests;

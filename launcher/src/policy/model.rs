@@ -143,7 +143,12 @@ pub struct NetworkPolicy {
     /// `None` here means "not said": the launcher picks its default.
     pub mode: Option<NetworkMode>,
     /// Domain-only rules (`allowedDomains`, `--allow-domain`), `host` or `host:port`.
+    /// Hosts are normalised: lower-case, punycode, no trailing dot; IPv6 literals in brackets
+    /// (`[::1]`, `[::1]:443`); a wildcard only as a leading `*.` with at least two labels after it.
     pub allowed_domains: Vec<Sourced<String>>,
+    /// Domains that are refused even when an allow rule matches (`deniedDomains`); same syntax
+    /// as `allowed_domains`. Deny beats allow.
+    pub denied_domains: Vec<Sourced<String>>,
     /// OpenShell `network_policies`, by key.
     pub rules: BTreeMap<String, Sourced<NetworkRule>>,
 }
@@ -159,4 +164,28 @@ pub struct Policy {
     pub seccomp: Option<String>,
     /// Non-fatal remarks made while loading (unknown keys, deprecated values).
     pub warnings: Vec<String>,
+    /// Where each single-valued setting was decided; `None` means the built-in default.
+    pub origins: Origins,
+    /// Every policy file that was read, highest precedence first.
+    pub loaded: Vec<LoadedFile>,
+}
+
+/// Where the single-valued settings of a [`Policy`] came from (for `sandbox-launch check`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Origins {
+    pub fs_mode: Option<Source>,
+    pub include_workdir: Option<Source>,
+    pub landlock: Option<Source>,
+    pub run_as_user: Option<Source>,
+    pub run_as_group: Option<Source>,
+    pub network_mode: Option<Source>,
+    pub seccomp: Option<Source>,
+}
+
+/// A policy file that took part in the merge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoadedFile {
+    pub source: Source,
+    /// An untrusted project file: only its denies and narrowing settings were used.
+    pub narrowing_only: bool,
 }

@@ -114,6 +114,8 @@ pub enum Channel {
 #[derive(Debug, Default)]
 pub struct Decider {
     rules: Vec<Rule>,
+    /// `deniedDomains`: refused even when an allow rule matches.
+    denies: Vec<Rule>,
 }
 
 fn describe_source(source: &Source) -> String {
@@ -161,7 +163,11 @@ impl Decider {
     pub fn from_policy(policy: &NetworkPolicy) -> Result<Decider> {
         let mut rules = Vec::new();
         for d in &policy.allowed_domains {
-            rules.push(domain_rule(d)?);
+            rules.push(domain_rule(d, "--allow-domain", "allowed domain")?);
+        }
+        let mut denies = Vec::new();
+        for d in &policy.denied_domains {
+            denies.push(domain_rule(d, "denied domain", "denied domain")?);
         }
         for (key, rule) in &policy.rules {
             for (i, ep) in rule.value.endpoints.iter().enumerate() {
@@ -177,7 +183,7 @@ impl Decider {
                 );
             }
         }
-        Ok(Decider { rules })
+        Ok(Decider { rules, denies })
     }
 
     /// May `binary` (when known) open a connection to `host`:`port`? Decided on the name only.
@@ -198,6 +204,19 @@ impl Decider {
             explicit: false,
             rest_rules: Vec::new(),
         };
+        if let Some(deny) = self
+            .denies
+            .iter()
+            .find(|r| r.pattern.matches(host) && !port_refused(r, port))
+        {
+            decision.rule = Some(deny.label.clone());
+            decision.reason = format!("{} refuses it (a deny beats every allow)", deny.label);
+            decision.hint = Some(format!(
+                "remove {} from the denied domains where it is declared",
+                deny.pattern
+            ));
+            return decision;
+        }
         let host_matches: Vec<(usize, &Rule)> = self
             .rules
             .iter()
@@ -361,10 +380,15 @@ fn refusal(rule: &Rule, port: u16, binary: Option<&Path>, channel: Channel) -> O
     None
 }
 
-fn domain_rule(d: &Sourced<String>) -> Result<Rule> {
+fn domain_rule(d: &Sourced<String>, flag: &str, kind: &str) -> Result<Rule> {
     let label = match d.source {
-        Source::CommandLine => format!("--allow-domain {}", d.value),
-        ref other => format!("allowed domain `{}` in {}", d.value, describe_source(other)),
+        Source::CommandLine => format!("{flag} {}", d.value),
+        Source::Org(ref p) => format!(
+            "{kind} `{}` in {} (organization policy)",
+            d.value,
+            p.display()
+        ),
+        ref other => format!("{kind} `{}` in {}", d.value, describe_source(other)),
     };
     let (host, port) = split_host_port(d.value.trim()).with_context(|| label.clone())?;
     let pattern = HostPattern::parse(host).with_context(|| label.clone())?;
@@ -515,6 +539,7 @@ mod tests {
     fn domains(list: &[&str]) -> Decider {
         let policy = NetworkPolicy {
             mode: None,
+            denied_domains: vec![],
             allowed_domains: list
                 .iter()
                 .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
@@ -555,6 +580,7 @@ mod tests {
         );
         Decider::from_policy(&NetworkPolicy {
             mode: None,
+            denied_domains: vec![],
             allowed_domains: vec![],
             rules,
         })
@@ -599,6 +625,7 @@ mod tests {
         for bad in ["*", "*.com", "exa*mple.com", "host:0", "host:99999"] {
             let policy = NetworkPolicy {
                 mode: None,
+                denied_domains: vec![],
                 allowed_domains: vec![Sourced::new(bad.to_string(), Source::CommandLine)],
                 rules: BTreeMap::new(),
             };
@@ -619,6 +646,7 @@ mod tests {
         );
         let err = Decider::from_policy(&NetworkPolicy {
             mode: None,
+            denied_domains: vec![],
             allowed_domains: vec![],
             rules,
         })
@@ -785,6 +813,31 @@ mod tests {
         assert_eq!(
             d.check_request(&conn, "POST", "/a", None).verdict,
             Verdict::Deny
+        );
+    }
+
+    #[test]
+    fn denied_domain_beats_an_allow_and_names_the_organization() {
+        let policy = NetworkPolicy {
+            allowed_domains: vec![Sourced::new("*.github.com".into(), Source::CommandLine)],
+            denied_domains: vec![Sourced::new(
+                "gist.github.com".into(),
+                Source::Org("/etc/sandbox-launch/settings.json".into()),
+            )],
+            ..Default::default()
+        };
+        let d = Decider::from_policy(&policy).unwrap();
+        assert_eq!(
+            d.decide(&host("api.github.com"), 443, None, Channel::Tunnel)
+                .verdict,
+            Verdict::Allow
+        );
+        let denied = d.decide(&host("gist.github.com"), 443, None, Channel::Tunnel);
+        assert_eq!(denied.verdict, Verdict::Deny);
+        assert!(
+            denied.reason.contains("(organization policy)"),
+            "{}",
+            denied.reason
         );
     }
 

@@ -113,9 +113,16 @@ impl Host {
         if s.len() > 253 {
             bail!("host name `{raw}` is longer than 253 characters");
         }
-        let ascii = idna::domain_to_ascii_strict(s)
+        let ascii = idna::domain_to_ascii(s)
             .map_err(|_| anyhow::anyhow!("`{raw}` is not a valid host name"))?;
-        if ascii.is_empty() || ascii.split('.').any(str::is_empty) {
+        // Letters, digits, `-` and `_` (which real host names use), as the policy loader accepts.
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if ascii.is_empty() || !ascii.split('.').all(label_ok) {
             bail!("`{raw}` is not a valid host name");
         }
         if looks_numeric(&ascii) {
@@ -249,6 +256,7 @@ mod tests {
         assert!(p.matches(&host("xn--bcher-kva.example")));
         assert!(p.matches(&host("BÜCHER.example")));
         assert!(pat("*.bücher.example").matches(&host("www.xn--bcher-kva.example")));
+        assert!(pat("_dmarc.example.com").matches(&host("_DMARC.example.com")));
     }
 
     #[test]

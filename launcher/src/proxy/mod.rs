@@ -203,6 +203,7 @@ pub(crate) mod testing {
     ) -> (SocketAddr, SocketAddr) {
         let policy = NetworkPolicy {
             mode: None,
+            denied_domains: vec![],
             allowed_domains: domains
                 .iter()
                 .map(|d| Sourced::new(d.to_string(), Source::CommandLine))

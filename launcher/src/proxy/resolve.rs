@@ -165,6 +165,7 @@ mod tests {
     fn decider(domains: &[&str]) -> Decider {
         Decider::from_policy(&NetworkPolicy {
             mode: None,
+            denied_domains: vec![],
             allowed_domains: domains
                 .iter()
                 .map(|d| Sourced::new(d.to_string(), Source::CommandLine))

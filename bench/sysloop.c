@@ -1,0 +1,48 @@
+/* Syscall cost microbenchmark, run inside each sandbox by scripts/bench.sh.
+ * Usage: sysloop getppid|openclose|forkexec N  -> prints nanoseconds per operation. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s getppid|openclose|forkexec N\n", argv[0]);
+        return 2;
+    }
+    long n = atol(argv[2]);
+    double t0 = now();
+    if (!strcmp(argv[1], "getppid")) {
+        for (long i = 0; i < n; i++) syscall(SYS_getppid);
+    } else if (!strcmp(argv[1], "openclose")) {
+        for (long i = 0; i < n; i++) {
+            int fd = open("/etc/hostname", O_RDONLY | O_CLOEXEC);
+            if (fd < 0) { perror("open"); return 1; }
+            close(fd);
+        }
+    } else if (!strcmp(argv[1], "forkexec")) {
+        for (long i = 0; i < n; i++) {
+            pid_t p = fork();
+            if (p == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+            int st;
+            waitpid(p, &st, 0);
+            if (!WIFEXITED(st) || WEXITSTATUS(st)) { fprintf(stderr, "child failed\n"); return 1; }
+        }
+    } else {
+        fprintf(stderr, "unknown op %s\n", argv[1]);
+        return 2;
+    }
+    printf("%.1f\n", (now() - t0) / n);
+    return 0;
+}

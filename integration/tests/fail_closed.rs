@@ -1,0 +1,236 @@
+//! Failing closed: each setup step is made to fail for real — the launcher runs under an outer
+//! seccomp filter (`fault-inject`, a test-only binary) that makes one kernel interface answer as a
+//! kernel without it, or a locked-down container, would — and the target must never run: the
+//! marker it would write does not exist, the exit code names the step, one line says why.
+//!
+//! Each failure has its twin: the same launch without the fault writes the marker.
+
+use std::path::Path;
+use std::process::Output;
+
+use integration::*;
+
+const TARGET: &str = "echo ran > marker";
+
+/// Launch `sh -c TARGET` under `fault-inject FAULTS -- sandbox-launch whole-process OPTS`.
+fn launch_under(caller: Caller, work: &Path, faults: &[&str], opts: &[&str]) -> Output {
+    let launcher = launcher().to_str().unwrap().to_string();
+    let mut args: Vec<&str> = faults.to_vec();
+    args.extend_from_slice(&["--", &launcher, "whole-process"]);
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&["--", "/bin/sh", "-c", TARGET]);
+    command_with(fault_inject(), caller, work, &args)
+        .output()
+        .expect("run fault-inject")
+}
+
+/// The launch failed at the step with `code`, said `why` in one line, and the target never ran.
+fn assert_refused(caller: Caller, work: &TempDir, out: &Output, code: i32, why: &[&str]) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{caller:?}: {}",
+        explain(out)
+    );
+    assert!(
+        !work.join("marker").exists(),
+        "{caller:?}: the target ran although setup failed: {}",
+        explain(out)
+    );
+    let err = stderr(out);
+    let first = err.lines().next().unwrap_or_default();
+    for w in why {
+        assert!(
+            first.to_lowercase().contains(&w.to_lowercase()),
+            "{caller:?}: expected {w:?} in the first line of stderr: {}",
+            explain(out)
+        );
+    }
+}
+
+/// The twin: the same launch without the fault runs the target.
+fn assert_runs(caller: Caller, work: &TempDir, opts: &[&str]) {
+    let out = launch_under(caller, &work.path, &[], opts);
+    assert_eq!(out.status.code(), Some(0), "{caller:?}: {}", explain(&out));
+    assert!(
+        work.join("marker").exists(),
+        "{caller:?}: {}",
+        explain(&out)
+    );
+    std::fs::remove_file(work.join("marker")).unwrap();
+}
+
+#[test]
+fn a_kernel_without_landlock_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("nolandlock");
+        assert_runs(caller, &work, &[]);
+        let out = launch_under(
+            caller,
+            &work.path,
+            &["--errno", "landlock_create_ruleset=ENOSYS"],
+            &[],
+        );
+        assert_refused(caller, &work, &out, 116, &["landlock"]);
+        assert!(stderr(&out).contains("doctor") || stderr(&out).contains("best_effort"));
+    }
+}
+
+#[test]
+fn best_effort_landlock_starts_without_it_and_says_so() {
+    for caller in CALLERS {
+        let work = TempDir::new("besteffort");
+        let policy = work.write(
+            "policy.yaml",
+            "version: 1\nlandlock:\n  compatibility: best_effort\n",
+        );
+        let policy = policy.to_str().unwrap();
+        let out = launch_under(
+            caller,
+            &work.path,
+            &["--errno", "landlock_create_ruleset=ENOSYS"],
+            &["--policy", policy],
+        );
+        assert_eq!(out.status.code(), Some(0), "{caller:?}: {}", explain(&out));
+        assert!(
+            work.join("marker").exists(),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            stderr(&out).to_lowercase().contains("landlock"),
+            "{caller:?}: the downgrade must be reported: {}",
+            explain(&out)
+        );
+        std::fs::remove_file(work.join("marker")).unwrap();
+    }
+}
+
+#[test]
+fn a_kernel_that_claims_landlock_but_does_not_enforce_it_is_caught_by_verification() {
+    for caller in CALLERS {
+        let work = TempDir::new("lyinglandlock");
+        // landlock_restrict_self "succeeds" without doing anything.
+        let out = launch_under(
+            caller,
+            &work.path,
+            &["--errno", "landlock_restrict_self=0"],
+            &[],
+        );
+        assert_refused(caller, &work, &out, 118, &["verify", "landlock"]);
+    }
+}
+
+#[test]
+fn a_container_that_forbids_user_namespaces_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("nouserns");
+        let out = launch_under(
+            caller,
+            &work.path,
+            &[
+                "--deny-clone-flags",
+                "0x10000000=EPERM",
+                "--errno",
+                "clone3=ENOSYS",
+            ],
+            &[],
+        );
+        assert_refused(caller, &work, &out, 112, &["namespace"]);
+        assert!(stderr(&out).contains("doctor"), "{}", explain(&out));
+    }
+}
+
+#[test]
+fn a_failing_mount_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("nomount");
+        let out = launch_under(caller, &work.path, &["--errno", "mount=EPERM"], &[]);
+        assert_refused(caller, &work, &out, 113, &["filesystem"]);
+        let out = launch_under(caller, &work.path, &["--errno", "pivot_root=EINVAL"], &[]);
+        assert_refused(caller, &work, &out, 113, &["filesystem"]);
+    }
+}
+
+#[test]
+fn a_failing_network_setup_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("nonet");
+        let out = launch_under(caller, &work.path, &["--errno", "ioctl=EPERM"], &[]);
+        assert_refused(caller, &work, &out, 114, &["network"]);
+    }
+}
+
+#[test]
+fn a_failing_privilege_drop_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("nodrop");
+        let out = launch_under(caller, &work.path, &["--errno", "capset=EPERM"], &[]);
+        assert_refused(caller, &work, &out, 115, &["privileges"]);
+    }
+}
+
+#[test]
+fn a_failing_seccomp_install_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("noseccomp");
+        let out = launch_under(caller, &work.path, &["--errno", "seccomp=EINVAL"], &[]);
+        assert_refused(caller, &work, &out, 117, &["seccomp"]);
+    }
+}
+
+#[test]
+fn an_invalid_policy_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("badpolicy");
+        let policy = work.write(
+            "policy.yaml",
+            "version: 1\nlandlock:\n  compatibility: whatever\n",
+        );
+        let out = launch_under(
+            caller,
+            &work.path,
+            &[],
+            &["--policy", policy.to_str().unwrap()],
+        );
+        assert_refused(caller, &work, &out, 111, &["policy.yaml", "compatibility"]);
+    }
+}
+
+#[test]
+fn doctor_reports_a_kernel_without_landlock() {
+    let work = TempDir::new("doctor");
+    let ok = command(Caller::Invoker, &work.path, &["doctor", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0), "{}", explain(&ok));
+    let report: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(report["ok"], true);
+    let launcher = launcher().to_str().unwrap().to_string();
+    let bad = command_with(
+        fault_inject(),
+        Caller::Invoker,
+        &work.path,
+        &[
+            "--errno",
+            "landlock_create_ruleset=ENOSYS",
+            "--",
+            &launcher,
+            "doctor",
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(bad.status.code(), Some(1), "{}", explain(&bad));
+    let report: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let ll = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "landlock")
+        .unwrap();
+    assert_eq!(ll["status"], "fail");
+    assert!(ll["fix"].as_str().unwrap().contains("best_effort"));
+}

@@ -1,0 +1,522 @@
+//! `sandbox-launch doctor`: can this host run a sandbox? Each kernel feature is probed for real
+//! (in a forked child, so nothing here changes the caller), and each missing one comes with a fix.
+
+use std::ffi::CString;
+
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// Missing, but whole-process mode still runs.
+    Warn,
+    /// Missing, and whole-process mode cannot run with its defaults.
+    Fail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Whether `whole-process` can run here with its defaults.
+    pub ok: bool,
+    pub checks: Vec<Check>,
+}
+
+fn check(
+    name: &'static str,
+    status: Status,
+    detail: impl Into<String>,
+    fix: Option<&str>,
+) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+        fix: fix.map(str::to_string),
+    }
+}
+
+fn read_trim(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Probe every feature.
+pub fn probe() -> Report {
+    let mut checks = vec![kernel()];
+    checks.extend(user_namespaces());
+    checks.push(namespaces_for_sandbox());
+    checks.push(proc_mount());
+    checks.push(landlock());
+    checks.extend(seccomp());
+    checks.push(overlayfs());
+    checks.push(cgroup2());
+    let ok = checks.iter().all(|c| c.status != Status::Fail);
+    Report { ok, checks }
+}
+
+/// Print the report; the exit code is 0 only when whole-process mode can run here.
+pub fn run(json: bool) -> i32 {
+    let report = probe();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("report serializes")
+        );
+    } else {
+        for c in &report.checks {
+            let tag = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            println!("{tag}  {:<22} {}", c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("      {:<22} fix: {fix}", "");
+            }
+        }
+        println!();
+        if report.ok {
+            println!("whole-process mode can run here.");
+        } else {
+            println!("whole-process mode cannot run here: fix the FAIL lines above.");
+        }
+    }
+    if report.ok {
+        0
+    } else {
+        1
+    }
+}
+
+fn kernel() -> Check {
+    let u = nix::sys::utsname::uname();
+    let detail = match &u {
+        Ok(u) => format!(
+            "{} {} {}",
+            u.sysname().to_string_lossy(),
+            u.release().to_string_lossy(),
+            u.machine().to_string_lossy()
+        ),
+        Err(e) => format!("uname failed: {e}"),
+    };
+    check("kernel", Status::Ok, detail, None)
+}
+
+/// The knobs that restrict unprivileged user namespaces, then a real attempt.
+fn user_namespaces() -> Vec<Check> {
+    let mut out = Vec::new();
+    let mut knobs = Vec::new();
+    if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {
+        knobs.push(format!("kernel.unprivileged_userns_clone={v}"));
+    }
+    if let Some(v) = read_trim("/proc/sys/user/max_user_namespaces") {
+        knobs.push(format!("user.max_user_namespaces={v}"));
+    }
+    if let Some(v) = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        knobs.push(format!("kernel.apparmor_restrict_unprivileged_userns={v}"));
+    }
+    let attempt = in_userns(libc::CLONE_NEWUSER, || Ok(()));
+    let knob_text = if knobs.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", knobs.join(", "))
+    };
+    match attempt {
+        Ok(()) => out.push(check(
+            "user namespaces",
+            Status::Ok,
+            format!("a user namespace can be created and mapped{knob_text}"),
+            None,
+        )),
+        Err(e) => {
+            let fix = if read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+                .as_deref()
+                == Some("1")
+            {
+                "AppArmor restricts unprivileged user namespaces: install the profile in \
+                 scripts/apparmor/sandbox-launch (see README), or set \
+                 kernel.apparmor_restrict_unprivileged_userns=0"
+            } else if read_trim("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+                "set user.max_user_namespaces to a positive number (sysctl -w user.max_user_namespaces=15000)"
+            } else if read_trim("/proc/sys/kernel/unprivileged_userns_clone").as_deref()
+                == Some("0")
+            {
+                "sysctl -w kernel.unprivileged_userns_clone=1"
+            } else {
+                "in a container, run it with a seccomp profile that allows unshare/clone with \
+                 CLONE_NEWUSER (docker: --security-opt seccomp=unconfined or a custom profile)"
+            };
+            out.push(check(
+                "user namespaces",
+                Status::Fail,
+                format!("cannot create a user namespace: {e}{knob_text}"),
+                Some(fix),
+            ))
+        }
+    }
+    out
+}
+
+/// Every namespace whole-process mode creates, together.
+fn namespaces_for_sandbox() -> Check {
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP
+        | libc::CLONE_NEWNET;
+    let r = in_userns(flags, || Ok(()));
+    match r {
+        Ok(()) => check(
+            "namespaces",
+            Status::Ok,
+            "user, mount, pid, ipc, uts, cgroup and network namespaces",
+            None,
+        ),
+        Err(e) => check(
+            "namespaces",
+            Status::Fail,
+            format!("cannot create the sandbox's namespaces together: {e}"),
+            Some("a container runtime or security module blocks namespace creation; allow it for this program"),
+        ),
+    }
+}
+
+/// A fresh /proc for a new PID namespace (refused when the host's /proc is partly covered).
+fn proc_mount() -> Check {
+    let r = in_userns(
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID,
+        || {
+            mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE)?;
+            mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0)?;
+            // The PID namespace takes effect for children.
+            in_child(|| {
+                std::fs::create_dir("/tmp/proc").map_err(|e| e.to_string())?;
+                mount(
+                    Some("proc"),
+                    "/tmp/proc",
+                    Some("proc"),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                )
+            })
+        },
+    );
+    match r {
+        Ok(()) => check(
+            "proc mount",
+            Status::Ok,
+            "a fresh /proc can be mounted for a new PID namespace",
+            None,
+        ),
+        Err(e) => check(
+            "proc mount",
+            Status::Fail,
+            format!("cannot mount /proc in a new PID namespace: {e}"),
+            Some(
+                "the host's /proc has paths covered by other mounts (common in containers: \
+                  docker masks /proc/kcore etc.); run the container with --security-opt \
+                  systempaths=unconfined, or as a privileged container",
+            ),
+        ),
+    }
+}
+
+fn landlock() -> Check {
+    match shim::landlock::kernel_abi() {
+        Ok(abi) if abi >= 1 => {
+            let mut extras = Vec::new();
+            if abi >= 4 {
+                extras.push("TCP bind/connect rules");
+            }
+            if abi >= 6 {
+                extras.push("abstract unix socket and signal scoping");
+            }
+            if abi >= 9 {
+                extras.push("pathname unix socket rights");
+            }
+            let detail = if extras.is_empty() {
+                format!("ABI {abi}")
+            } else {
+                format!("ABI {abi} ({})", extras.join(", "))
+            };
+            let (status, fix) = if abi < 6 {
+                (
+                    Status::Warn,
+                    Some("a kernel >= 6.12 adds scoping of abstract unix sockets and signals"),
+                )
+            } else {
+                (Status::Ok, None)
+            };
+            check("landlock", status, detail, fix)
+        }
+        Ok(_) | Err(_) => {
+            let lsm = read_trim("/sys/kernel/security/lsm").unwrap_or_default();
+            check(
+                "landlock",
+                Status::Fail,
+                format!("Landlock is not available (active LSMs: {lsm})"),
+                Some(
+                    "boot a kernel >= 5.13 with CONFIG_SECURITY_LANDLOCK=y and `lsm=landlock,...` \
+                      on the kernel command line; or use `landlock: {compatibility: best_effort}` \
+                      in the policy to start without it (reported)",
+                ),
+            )
+        }
+    }
+}
+
+fn seccomp() -> Vec<Check> {
+    let mut out = Vec::new();
+    let actions = read_trim("/proc/sys/kernel/seccomp/actions_avail");
+    // SAFETY: PR_GET_SECCOMP takes no pointer arguments.
+    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    match &actions {
+        Some(a) => {
+            let need = ["errno", "kill_process"];
+            let missing: Vec<_> = need
+                .iter()
+                .filter(|n| !a.split_whitespace().any(|x| x == **n))
+                .collect();
+            if missing.is_empty() {
+                out.push(check(
+                    "seccomp",
+                    Status::Ok,
+                    format!("filter mode; actions: {a}"),
+                    None,
+                ));
+            } else {
+                out.push(check(
+                    "seccomp",
+                    Status::Fail,
+                    format!("actions {missing:?} missing (available: {a})"),
+                    Some("a kernel >= 4.14 with CONFIG_SECCOMP_FILTER=y"),
+                ));
+            }
+        }
+        None => out.push(check(
+            "seccomp",
+            Status::Fail,
+            "seccomp filters are not available",
+            Some("a kernel with CONFIG_SECCOMP_FILTER=y"),
+        )),
+    }
+    if mode == 2 {
+        out.push(check(
+            "outer seccomp",
+            Status::Warn,
+            "this process already runs under a seccomp filter (a container's?); its denials apply too",
+            Some("if a step fails with EPERM, the outer filter may be the cause"),
+        ));
+    }
+    out
+}
+
+fn overlayfs() -> Check {
+    let r = in_userns(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, || {
+        mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE)?;
+        mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0)?;
+        for d in ["/tmp/l", "/tmp/u", "/tmp/w", "/tmp/m"] {
+            std::fs::create_dir(d).map_err(|e| e.to_string())?;
+        }
+        mount_data(
+            "overlay",
+            "/tmp/m",
+            "overlay",
+            "lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w",
+        )
+    });
+    match r {
+        Ok(()) => check(
+            "overlayfs",
+            Status::Ok,
+            "overlayfs can be mounted in a user namespace",
+            None,
+        ),
+        Err(e) => check(
+            "overlayfs",
+            Status::Warn,
+            format!("overlayfs in a user namespace: {e} (not needed by whole-process mode)"),
+            Some("a kernel >= 5.11"),
+        ),
+    }
+}
+
+fn cgroup2() -> Check {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let found = mounts.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        if post.split_whitespace().next()? == "cgroup2" {
+            pre.split_whitespace().nth(4).map(str::to_string)
+        } else {
+            None
+        }
+    });
+    match found {
+        Some(at) => check("cgroup v2", Status::Ok, format!("mounted at {at}"), None),
+        None => check(
+            "cgroup v2",
+            Status::Warn,
+            "no cgroup2 mount (not needed by whole-process mode; resource limits unavailable)",
+            Some("mount -t cgroup2 none /sys/fs/cgroup"),
+        ),
+    }
+}
+
+fn errno() -> Result<(), String> {
+    Err(std::io::Error::last_os_error().to_string())
+}
+
+/// Run `f` in a forked child that has unshared `flags` (which include CLONE_NEWUSER) and whose
+/// uid/gid this process mapped to themselves, as the launcher does (a process cannot map uid 0
+/// from inside its new namespace).
+fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (go_r, go_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    in_child_with(
+        move || {
+            // SAFETY: unshare has no memory-safety preconditions; we are a forked child.
+            let r = if unsafe { libc::unshare(flags) } != 0 {
+                errno()
+            } else {
+                Ok(())
+            };
+            let _ = nix::unistd::write(&ready_w, if r.is_ok() { b"k" } else { b"e" });
+            r?;
+            let mut b = [0u8; 1];
+            match nix::unistd::read(&go_r, &mut b) {
+                Ok(1) if b[0] == b'k' => f(),
+                _ => Err("the parent could not map our ids".into()),
+            }
+        },
+        move |child| {
+            let mut b = [0u8; 1];
+            if !matches!(nix::unistd::read(&ready_r, &mut b), Ok(1)) || b[0] != b'k' {
+                return;
+            }
+            let w = |p: String, s: String| std::fs::write(&p, s).map_err(|e| format!("{p}: {e}"));
+            let ok = (if uid.is_root() {
+                Ok(())
+            } else {
+                w(format!("/proc/{child}/setgroups"), "deny".into())
+            })
+            .and_then(|_| w(format!("/proc/{child}/uid_map"), format!("{uid} {uid} 1")))
+            .and_then(|_| w(format!("/proc/{child}/gid_map"), format!("{gid} {gid} 1")));
+            let _ = nix::unistd::write(&go_w, if ok.is_ok() { b"k" } else { b"e" });
+        },
+    )
+}
+
+fn mount(
+    src: Option<&str>,
+    target: &str,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+) -> Result<(), String> {
+    let c = |s: &str| CString::new(s).expect("no NUL");
+    let src = src.map(c);
+    let target_c = c(target);
+    let fstype = fstype.map(c);
+    let p = |o: &Option<CString>| o.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: all pointers are NUL-terminated strings alive for the call, or null.
+    let r = unsafe {
+        libc::mount(
+            p(&src),
+            target_c.as_ptr(),
+            p(&fstype),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "mount {target}: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+fn mount_data(src: &str, target: &str, fstype: &str, data: &str) -> Result<(), String> {
+    let c = |s: &str| CString::new(s).expect("no NUL");
+    let (src, target_c, fstype, data) = (c(src), c(target), c(fstype), c(data));
+    // SAFETY: all pointers are NUL-terminated strings alive for the call.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target_c.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            data.as_ptr().cast(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "mount {target}: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// Run `f` in a forked child and bring back its result (the error text through a pipe).
+fn in_child(f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    in_child_with(f, |_| {})
+}
+
+/// As `in_child`, with `parent` run (given the child's pid) while the child runs.
+fn in_child_with(
+    f: impl FnOnce() -> Result<(), String>,
+    parent: impl FnOnce(nix::unistd::Pid),
+) -> Result<(), String> {
+    let (r, w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: the doctor is single-threaded; the child only makes syscalls and exits.
+    match unsafe { fork() } {
+        Err(e) => Err(format!("fork: {e}")),
+        Ok(ForkResult::Child) => {
+            drop(r);
+            drop(parent);
+            let code = match f() {
+                Ok(()) => 0,
+                Err(msg) => {
+                    let _ = nix::unistd::write(&w, msg.as_bytes());
+                    1
+                }
+            };
+            // SAFETY: _exit skips atexit handlers and destructors that belong to the parent.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(w);
+            // Close the child's ends of any pipes `f` holds before waiting on them.
+            drop(f);
+            parent(child);
+            let mut msg = Vec::new();
+            let mut file = std::fs::File::from(r);
+            let _ = std::io::Read::read_to_end(&mut file, &mut msg);
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(WaitStatus::Exited(_, _)) => Err(String::from_utf8_lossy(&msg).into_owned()),
+                Ok(other) => Err(format!("probe ended unexpectedly: {other:?}")),
+                Err(e) => Err(format!("waitpid: {e}")),
+            }
+        }
+    }
+}

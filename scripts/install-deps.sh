@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what building, testing and benchmarking sandbox-launch needs on Debian/Ubuntu.
+# Idempotent: installs only what is missing. Needs root (or sudo) for apt-get.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have tmux    || need+=(tmux)       # the interactive (pty) tests
+have curl    || need+=(curl)       # the network tests
+have git     || need+=(git)        # the `git commit` workload test
+have python3 || need+=(python3)    # test workloads (sockets, ptys, ioctls)
+have setpriv || need+=(util-linux) # tests run as an unprivileged user too
+have unshare || need+=(util-linux)
+have gcc     || need+=(gcc libc6-dev)
+have bwrap   || need+=(bubblewrap) # a peer for the benchmarks
+have hyperfine || need+=(hyperfine)
+have node    || need+=(nodejs)     # the MCP stdio server workload
+
+if ((${#need[@]})); then
+    SUDO=""
+    if [[ $(id -u) != 0 ]]; then SUDO="sudo"; fi
+    echo "install-deps: installing ${need[*]}" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! have cargo; then
+    echo "install-deps: cargo not found: install a Rust toolchain (https://rustup.rs), 1.85 or newer" >&2
+    exit 1
+fi
+echo "install-deps: ok" >&2
