@@ -1,0 +1,382 @@
+//! `--network restricted`: the proxy the supervisor runs on sockets created inside the sandbox.
+//! Every server here listens on the host's 127.0.0.1; inside the sandbox 127.0.0.1 is the
+//! sandbox's own loopback, so the only way to these servers is through the proxy, which dials
+//! from the host's network namespace (`--resolve` names them; loopback needs a rule naming the
+//! host exactly).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use integration::{explain, sh, stderr, stdout, TempDir, CALLERS};
+
+/// A plain HTTP server on the host's 127.0.0.1 that answers `hello-from-host path=<path>` and
+/// remembers the paths it was asked for.
+struct HostServer {
+    port: u16,
+    paths: Arc<Mutex<Vec<String>>>,
+}
+
+impl HostServer {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let paths = Arc::new(Mutex::new(Vec::new()));
+        let seen = paths.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                loop {
+                    let mut line = String::new();
+                    match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if line == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                let path = request_line.split(' ').nth(1).unwrap_or("?").to_string();
+                seen.lock().unwrap().push(path.clone());
+                let body = format!("hello-from-host path={path}");
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        HostServer { port, paths }
+    }
+
+    fn saw(&self, path: &str) -> bool {
+        self.paths.lock().unwrap().iter().any(|p| p == path)
+    }
+}
+
+/// An HTTPS server (python3's ssl module) on the host's 127.0.0.1 with a certificate for
+/// `allowed.test` signed by itself; the certificate is written to `cert` for curl's --cacert.
+struct HttpsServer {
+    child: Child,
+    port: u16,
+}
+
+impl HttpsServer {
+    fn start(work: &TempDir) -> Self {
+        let cert = work.join("cert.pem");
+        let key = work.join("key.pem");
+        let status = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=allowed.test",
+                "-addext",
+                "subjectAltName=DNS:allowed.test",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl is needed for the HTTPS test (scripts/install-deps.sh)");
+        assert!(status.success(), "openssl req failed");
+        work.give_to_sandbox_user(&cert);
+        let script = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("hello-over-tls path=" + self.path).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+        let mut child = Command::new("python3")
+            .args(["-c", script])
+            .arg(&cert)
+            .arg(&key)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 is needed for the HTTPS test");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("the HTTPS server's port");
+        HttpsServer { child, port }
+    }
+}
+
+impl Drop for HttpsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn allow_opts<'a>(events: &'a str) -> Vec<&'a str> {
+    vec![
+        "--network",
+        "restricted",
+        "--resolve",
+        "allowed.test:127.0.0.1",
+        "--resolve",
+        "denied.test:127.0.0.1",
+        "--allow-domain",
+        "allowed.test",
+        "--events",
+        events,
+    ]
+}
+
+fn events(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        f.read_to_string(&mut text).unwrap();
+    }
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn curl_reaches_an_allowed_host_through_http_connect_and_socks5() {
+    let server = HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("net-allowed");
+        let events_file = work.join("events.jsonl");
+        let events_arg = events_file.to_str().unwrap().to_string();
+        let p = server.port;
+        let script = format!(
+            "curl -sS --max-time 10 http://allowed.test:{p}/plain; echo
+curl -sS --max-time 10 --proxytunnel http://allowed.test:{p}/tunnel; echo
+curl -sS --max-time 10 --socks5-hostname 127.0.0.1:1080 http://allowed.test:{p}/socks; echo
+curl -sS --max-time 10 -x \"$ALL_PROXY\" http://allowed.test:{p}/allproxy; echo"
+        );
+        let out = sh(caller, &work.path, &allow_opts(&events_arg), &script);
+        let text = stdout(&out);
+        for path in ["/plain", "/tunnel", "/socks", "/allproxy"] {
+            assert!(
+                text.contains(&format!("hello-from-host path={path}")),
+                "{caller:?} {path}: {}",
+                explain(&out)
+            );
+        }
+        let ev = events(&events_file);
+        for protocol in ["http", "connect", "socks5"] {
+            assert!(
+                ev.iter().any(|e| e["protocol"] == protocol
+                    && e["decision"] == "allow"
+                    && e["host"] == "allowed.test"
+                    && e["port"] == p),
+                "{caller:?} {protocol}: {ev:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn https_through_connect_verifies_the_real_server_certificate() {
+    for caller in CALLERS {
+        let work = TempDir::new("net-https");
+        let server = HttpsServer::start(&work);
+        let events_file = work.join("events.jsonl");
+        let events_arg = events_file.to_str().unwrap().to_string();
+        let script = format!(
+            "curl -sS --max-time 10 --cacert cert.pem https://allowed.test:{}/secure",
+            server.port
+        );
+        let out = sh(caller, &work.path, &allow_opts(&events_arg), &script);
+        assert!(
+            stdout(&out).contains("hello-over-tls path=/secure"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+#[test]
+fn denied_name_gets_an_explained_403_and_an_event() {
+    let server = HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("net-denied");
+        let events_file = work.join("events.jsonl");
+        let events_arg = events_file.to_str().unwrap().to_string();
+        let p = server.port;
+        let script = format!(
+            "curl -sS -i --max-time 10 http://denied.test:{p}/plain-denied
+curl -sS --max-time 10 --proxytunnel http://denied.test:{p}/tunnel-denied; echo connect=$?
+curl -sS --max-time 10 --socks5-hostname 127.0.0.1:1080 http://denied.test:{p}/socks-denied; echo socks=$?"
+        );
+        let out = sh(caller, &work.path, &allow_opts(&events_arg), &script);
+        let text = stdout(&out);
+        assert!(
+            text.starts_with("HTTP/1.1 403"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let lower = text.to_ascii_lowercase();
+        assert!(
+            lower.contains("x-sandbox-denied: host=denied.test:"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("network policy blocked denied.test")
+                && text.contains("--allow-domain denied.test"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // curl: 56 = the proxy refused the CONNECT, 97 = the SOCKS5 proxy refused.
+        assert!(text.contains("connect=56"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("socks=97"), "{caller:?}: {}", explain(&out));
+        assert!(
+            stderr(&out).contains("403"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        for path in ["/plain-denied", "/tunnel-denied", "/socks-denied"] {
+            assert!(!server.saw(path), "{path} reached the server");
+        }
+        let ev = events(&events_file);
+        for protocol in ["http", "connect", "socks5"] {
+            assert!(
+                ev.iter().any(|e| e["protocol"] == protocol
+                    && e["decision"] == "deny"
+                    && e["host"] == "denied.test"
+                    && e["reason"] == "no rule allows denied.test"
+                    && e["time"].is_string()),
+                "{caller:?} {protocol}: {ev:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_name_matched_only_by_a_wildcard_cannot_reach_loopback() {
+    let server = HostServer::start();
+    let work = TempDir::new("net-wild");
+    let script = format!(
+        "curl -sS --max-time 10 http://svc.corp.test:{}/wild",
+        server.port
+    );
+    let out = sh(
+        integration::Caller::Invoker,
+        &work.path,
+        &[
+            "--allow-domain",
+            "*.corp.test",
+            "--resolve",
+            "svc.corp.test:127.0.0.1",
+        ],
+        &script,
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("loopback") && text.contains("--allow-domain svc.corp.test"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!server.saw("/wild"));
+}
+
+#[test]
+fn raw_tcp_that_ignores_the_proxy_goes_nowhere() {
+    let server = HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("net-raw");
+        let script = format!(
+            "bash -c 'echo > /dev/tcp/192.0.2.1/80' 2>/dev/null; echo external=$?
+bash -c 'printf \"GET /direct HTTP/1.0\\r\\n\\r\\n\" > /dev/tcp/127.0.0.1/{}' 2>/dev/null; echo loopback=$?
+python3 -c '
+import socket
+try:
+    socket.create_connection((\"192.0.2.1\", 443), timeout=5); print(\"python=connected\")
+except OSError as e:
+    print(\"python=refused\", e.errno)
+'",
+            server.port
+        );
+        let out = sh(caller, &work.path, &["--network", "restricted"], &script);
+        let text = stdout(&out);
+        assert!(text.contains("external=1"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("loopback=1"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("python=refused"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!server.saw("/direct"));
+    }
+}
+
+#[test]
+fn default_network_is_restricted_with_nothing_allowed() {
+    let server = HostServer::start();
+    let work = TempDir::new("net-default");
+    let script = format!(
+        "echo \"proxy=$HTTPS_PROXY all=$ALL_PROXY no=$no_proxy node=$NODE_USE_ENV_PROXY\"
+curl -sS --max-time 10 http://allowed.test:{}/default",
+        server.port
+    );
+    let out = sh(
+        integration::Caller::Invoker,
+        &work.path,
+        &["--resolve", "allowed.test:127.0.0.1"],
+        &script,
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:1080 no=localhost,127.0.0.1,::1 node=1"
+        ),
+        "{}",
+        explain(&out)
+    );
+    assert!(
+        text.contains("no rule allows allowed.test"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!server.saw("/default"));
+}
+
+#[test]
+fn network_none_has_no_proxy_and_no_tcp() {
+    let work = TempDir::new("net-none");
+    let out = sh(
+        integration::Caller::Invoker,
+        &work.path,
+        &["--network", "none"],
+        "echo \"proxy=[$HTTPS_PROXY]\"; bash -c 'echo > /dev/tcp/127.0.0.1/3128' 2>/dev/null; echo tcp=$?",
+    );
+    let text = stdout(&out);
+    assert!(text.contains("proxy=[]"), "{}", explain(&out));
+    assert!(text.contains("tcp=1"), "{}", explain(&out));
+}
+
+#[test]
+fn a_pattern_that_opens_a_whole_tld_stops_the_launch_naming_the_rule() {
+    let work = TempDir::new("net-badrule");
+    let out = sh(
+        integration::Caller::Invoker,
+        &work.path,
+        &["--allow-domain", "*.com"],
+        "echo SHOULD-NOT-RUN",
+    );
+    assert_eq!(out.status.code(), Some(111), "{}", explain(&out));
+    assert!(stderr(&out).contains("*.com"), "{}", explain(&out));
+    assert!(!stdout(&out).contains("SHOULD-NOT-RUN"));
+}
