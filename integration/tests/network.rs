@@ -126,7 +126,7 @@ impl Drop for HttpsServer {
     }
 }
 
-fn allow_opts<'a>(events: &'a str) -> Vec<&'a str> {
+fn allow_opts(events: &str) -> Vec<&str> {
     vec![
         "--network",
         "restricted",
