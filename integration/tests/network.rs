@@ -380,3 +380,136 @@ fn a_pattern_that_opens_a_whole_tld_stops_the_launch_naming_the_rule() {
     assert!(stderr(&out).contains("*.com"), "{}", explain(&out));
     assert!(!stdout(&out).contains("SHOULD-NOT-RUN"));
 }
+
+/// An OpenShell policy with one network policy for `allowed.test` on `port`.
+fn openshell_policy(work: &TempDir, port: u16, endpoint_extra: &str, binaries: &str) -> String {
+    let text = format!(
+        "version: 1
+network_policies:
+  local:
+    name: local-test-server
+    endpoints:
+      - host: allowed.test
+        port: {port}
+{endpoint_extra}    binaries:
+{binaries}"
+    );
+    work.write("policy.yaml", &text)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn openshell_binaries_allow_the_named_program_and_refuse_others() {
+    let server = HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("net-binaries");
+        let policy = openshell_policy(&work, server.port, "", "      - path: /usr/bin/curl\n");
+        let events_file = work.join("events.jsonl");
+        let p = server.port;
+        let script = format!(
+            "curl -sS --max-time 10 http://allowed.test:{p}/by-curl; echo
+wget -q -O - -e use_proxy=yes -e http_proxy=$http_proxy http://allowed.test:{p}/by-wget; echo wget=$?"
+        );
+        let out = sh(
+            caller,
+            &work.path,
+            &[
+                "--policy",
+                &policy,
+                "--resolve",
+                "allowed.test:127.0.0.1",
+                "--events",
+                events_file.to_str().unwrap(),
+            ],
+            &script,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("hello-from-host path=/by-curl"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("wget=8"), "{caller:?}: {}", explain(&out));
+        assert!(!server.saw("/by-wget"));
+        let ev = events(&events_file);
+        assert!(
+            ev.iter()
+                .any(|e| e["decision"] == "allow" && e["binary"] == "/usr/bin/curl"),
+            "{caller:?}: {ev:?}"
+        );
+        assert!(
+            ev.iter().any(|e| e["decision"] == "deny"
+                && e["binary"] == "/usr/bin/wget"
+                && e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("allows only the programs")),
+            "{caller:?}: {ev:?}"
+        );
+    }
+}
+
+#[test]
+fn rest_rules_check_each_plain_http_request_and_audit_lets_through() {
+    let server = HostServer::start();
+    let work = TempDir::new("net-rest");
+    let extra = "        protocol: rest
+        rules:
+          - allow: {method: GET, path: /api/*}
+";
+    let policy = openshell_policy(&work, server.port, extra, "      - path: /usr/bin/*\n");
+    let p = server.port;
+    let script = format!(
+        "curl -sS --max-time 10 http://allowed.test:{p}/api/ok; echo
+curl -sS --max-time 10 -o /dev/null -w 'deep=%{{http_code}}\\n' http://allowed.test:{p}/api/a/b
+curl -sS --max-time 10 -o /dev/null -w 'post=%{{http_code}}\\n' -d x http://allowed.test:{p}/api/ok
+curl -sS --max-time 10 -o /dev/null -w 'tunnel=%{{http_code}}\\n' -p http://allowed.test:{p}/api/ok; true"
+    );
+    let opts = ["--policy", &policy, "--resolve", "allowed.test:127.0.0.1"];
+    let out = sh(integration::Caller::Invoker, &work.path, &opts, &script);
+    let text = stdout(&out);
+    assert!(
+        text.contains("hello-from-host path=/api/ok"),
+        "{}",
+        explain(&out)
+    );
+    assert!(text.contains("deep=403"), "{}", explain(&out));
+    assert!(text.contains("post=403"), "{}", explain(&out));
+    // Inside a CONNECT tunnel the requests cannot be checked: refused, not let through.
+    assert!(text.contains("tunnel=000"), "{}", explain(&out));
+    assert!(!server.saw("/api/a/b"));
+
+    let audit = openshell_policy(
+        &work,
+        server.port,
+        &format!("{extra}        enforcement: audit\n"),
+        "      - path: /usr/bin/*\n",
+    );
+    let events_file = work.join("audit.jsonl");
+    let out = sh(
+        integration::Caller::Invoker,
+        &work.path,
+        &[
+            "--policy",
+            &audit,
+            "--resolve",
+            "allowed.test:127.0.0.1",
+            "--events",
+            events_file.to_str().unwrap(),
+        ],
+        &format!("curl -sS --max-time 10 http://allowed.test:{p}/api/a/b"),
+    );
+    assert!(
+        stdout(&out).contains("hello-from-host path=/api/a/b"),
+        "{}",
+        explain(&out)
+    );
+    let ev = events(&events_file);
+    assert!(
+        ev.iter()
+            .any(|e| e["decision"] == "audit" && e["path"] == "/api/a/b"),
+        "{ev:?}"
+    );
+}

@@ -5,11 +5,10 @@
 //! any port unless written `host:port`, and OpenShell `network_policies` endpoints, which carry
 //! ports, binaries, an enforcement mode and optional L7 (REST) rules for plain HTTP.
 
-use std::path::Path;
-
 use anyhow::{bail, Context, Result};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
+use super::identify::Program;
 use super::matcher::{Host, HostPattern};
 use crate::policy::model::{Endpoint, Enforcement, NetworkPolicy, NetworkRule, Source, Sourced};
 
@@ -186,12 +185,17 @@ impl Decider {
         Ok(Decider { rules, denies })
     }
 
+    /// Whether any rule depends on which program connects (identifying it costs a /proc walk).
+    pub fn needs_binary(&self) -> bool {
+        self.rules.iter().any(|r| r.binaries.is_some())
+    }
+
     /// May `binary` (when known) open a connection to `host`:`port`? Decided on the name only.
     pub fn decide(
         &self,
         host: &Host,
         port: u16,
-        binary: Option<&Path>,
+        binary: Option<&Program>,
         channel: Channel,
     ) -> Decision {
         let mut decision = Decision {
@@ -340,7 +344,7 @@ fn port_refused(rule: &Rule, port: u16) -> bool {
 }
 
 /// Why `rule`, which matches the host, does not allow this connection (`None`: it does).
-fn refusal(rule: &Rule, port: u16, binary: Option<&Path>, channel: Channel) -> Option<String> {
+fn refusal(rule: &Rule, port: u16, binary: Option<&Program>, channel: Channel) -> Option<String> {
     if port_refused(rule, port) {
         return Some(format!(
             "{} allows this host only on port{} {}",
@@ -361,11 +365,12 @@ fn refusal(rule: &Rule, port: u16, binary: Option<&Path>, channel: Channel) -> O
                     rule.label
                 ))
             }
-            Some(b) if !set.is_match(b) => {
+            // The program or one of its ancestors (`gh` running `git`).
+            Some(p) if !p.chain().any(|b| set.is_match(b)) => {
                 return Some(format!(
                     "{} allows only the programs {globs:?}, not {}",
                     rule.label,
-                    b.display()
+                    p.exe.display()
                 ))
             }
             Some(_) => {}
@@ -533,8 +538,17 @@ fn percent_decode(s: &str) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
+    use std::path::PathBuf;
+
     use super::*;
     use crate::policy::model::HttpRule;
+
+    fn program(exe: &str, ancestors: &[&str]) -> Program {
+        Program {
+            exe: PathBuf::from(exe),
+            ancestors: ancestors.iter().map(PathBuf::from).collect(),
+        }
+    }
 
     fn domains(list: &[&str]) -> Decider {
         let policy = NetworkPolicy {
@@ -697,7 +711,7 @@ mod tests {
             vec![endpoint("api.test", &[443])],
             &["/usr/bin/curl", "/usr/lib/node*/**"],
         );
-        let curl = Path::new("/usr/bin/curl");
+        let curl = &program("/usr/bin/curl", &[]);
         assert_eq!(
             d.decide(&host("api.test"), 443, Some(curl), Channel::Tunnel)
                 .verdict,
@@ -707,7 +721,7 @@ mod tests {
             d.decide(
                 &host("api.test"),
                 443,
-                Some(Path::new("/usr/lib/node18/bin/node")),
+                Some(&program("/usr/lib/node18/bin/node", &[])),
                 Channel::Tunnel
             )
             .verdict,
@@ -716,11 +730,18 @@ mod tests {
         let wrong = d.decide(
             &host("api.test"),
             443,
-            Some(Path::new("/usr/bin/wget")),
+            Some(&program("/usr/bin/wget", &["/bin/bash"])),
             Channel::Tunnel,
         );
         assert_eq!(wrong.verdict, Verdict::Deny);
         assert!(wrong.reason.contains("/usr/bin/wget"), "{}", wrong.reason);
+        // A program started by an allowed one is allowed (`curl` running a helper).
+        let child = program("/usr/bin/wget", &["/bin/sh", "/usr/bin/curl", "/bin/bash"]);
+        assert_eq!(
+            d.decide(&host("api.test"), 443, Some(&child), Channel::Tunnel)
+                .verdict,
+            Verdict::Allow
+        );
         // Unknown program: fail closed.
         assert_eq!(
             d.decide(&host("api.test"), 443, None, Channel::Tunnel)

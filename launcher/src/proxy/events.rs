@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::decide::Decision;
+use super::identify::Program;
 
 /// Where events go. Cheap to share; writes are whole lines.
 #[derive(Debug, Default)]
@@ -76,7 +77,7 @@ impl EventSink {
         &self,
         protocol: &str,
         d: &Decision,
-        binary: Option<&Path>,
+        binary: Option<&Program>,
         request: Option<(&str, &str)>,
     ) {
         let mut v = json!({
@@ -84,7 +85,8 @@ impl EventSink {
             "protocol": protocol,
             "host": d.host.to_string(),
             "port": d.port,
-            "binary": binary.map(|b| b.display().to_string()),
+            "binary": binary.map(|b| b.exe.display().to_string()),
+            "ancestors": binary.map(|b| b.ancestors.iter().map(|a| a.display().to_string()).collect::<Vec<_>>()),
             "decision": d.verdict,
             "reason": d.reason,
             "rule": d.rule,

@@ -5,7 +5,6 @@
 //! on a kept-alive connection is decided on its own; bodies are streamed, never buffered.
 
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,6 +19,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::decide::{Channel, Decision, Verdict};
+use super::identify::Program;
 use super::matcher::Host;
 use super::resolve::DialError;
 use super::Proxy;
@@ -41,7 +41,7 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
         let _ = stream.set_nodelay(true);
         let proxy = proxy.clone();
         tokio::spawn(async move {
-            let binary = proxy.binary_of(peer);
+            let binary = proxy.binary_of(peer, stream.local_addr().ok());
             let svc = service_fn(move |req| handle(proxy.clone(), binary.clone(), req));
             let _ = http1::Builder::new()
                 .preserve_header_case(true)
@@ -54,7 +54,7 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
 
 async fn handle(
     proxy: Arc<Proxy>,
-    binary: Option<PathBuf>,
+    binary: Option<Program>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     Ok(if req.method() == Method::CONNECT {
@@ -65,7 +65,7 @@ async fn handle(
 }
 
 /// `CONNECT host:port`: decide, dial, answer 200, then copy bytes both ways.
-async fn connect(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>) -> Response<Body> {
+async fn connect(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>) -> Response<Body> {
     let Some(authority) = req.uri().authority().cloned() else {
         return bad_request("CONNECT needs a host:port target");
     };
@@ -78,8 +78,8 @@ async fn connect(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>)
     };
     let decision = proxy
         .decider
-        .decide(&host, port, binary.as_deref(), Channel::Tunnel);
-    let upstream = match dial(proxy, decision, binary.as_deref(), "connect", None).await {
+        .decide(&host, port, binary.as_ref(), Channel::Tunnel);
+    let upstream = match dial(proxy, decision, binary.as_ref(), "connect", None).await {
         Ok(s) => s,
         Err(resp) => return resp,
     };
@@ -97,7 +97,7 @@ async fn connect(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>)
 }
 
 /// Absolute-URI plain HTTP: decide this request, dial the checked host, relay.
-async fn forward(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>) -> Response<Body> {
+async fn forward(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>) -> Response<Body> {
     let uri = req.uri().clone();
     match uri.scheme_str() {
         Some("http") => {}
@@ -122,14 +122,14 @@ async fn forward(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>)
     let method = req.method().as_str().to_string();
     let connection = proxy
         .decider
-        .decide(&host, port, binary.as_deref(), Channel::PlainHttp);
+        .decide(&host, port, binary.as_ref(), Channel::PlainHttp);
     let decision = proxy
         .decider
         .check_request(&connection, &method, &path, uri.query());
     let upstream = match dial(
         proxy,
         decision,
-        binary.as_deref(),
+        binary.as_ref(),
         "http",
         Some((&method, &path)),
     )
@@ -172,7 +172,7 @@ async fn forward(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>)
 async fn dial(
     proxy: &Proxy,
     mut decision: Decision,
-    binary: Option<&std::path::Path>,
+    binary: Option<&Program>,
     protocol: &str,
     request: Option<(&str, &str)>,
 ) -> Result<tokio::net::TcpStream, Response<Body>> {

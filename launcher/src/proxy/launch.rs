@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 
 use super::decide::Decider;
 use super::events::EventSink;
+use super::identify::SocketOwners;
 use super::resolve::{parse_override, Resolver};
 use super::{proxy_env, Protocol, Proxy, LISTENERS};
 use crate::policy::model::{NetworkPolicy, Source, Sourced};
@@ -64,7 +65,7 @@ pub fn set_env(env: &mut Vec<(String, String)>) {
 }
 
 /// Start serving on the sockets the shim created inside (called after the clone).
-pub fn start(proxy: Proxy, fds: Vec<OwnedFd>) -> Result<()> {
+pub fn start(mut proxy: Proxy, fds: Vec<OwnedFd>) -> Result<()> {
     if fds.len() != LISTENERS.len() {
         bail!(
             "the sandbox handed over {} proxy sockets, expected {}",
@@ -77,6 +78,11 @@ pub fn start(proxy: Proxy, fds: Vec<OwnedFd>) -> Result<()> {
         .zip(fds)
         .map(|((protocol, _), fd)| (*protocol, std::net::TcpListener::from(fd)))
         .collect();
+    // Rules with `binaries` need to know which program connected; the sandbox's init is our
+    // only child. Without it, such rules match nothing (fail closed).
+    if let Some(owners) = SocketOwners::of_only_child() {
+        proxy.identify = Some(Box::new(move |peer, local| owners.identify(peer, local)));
+    }
     super::spawn(listeners, proxy).context("start the proxy")?;
     Ok(())
 }

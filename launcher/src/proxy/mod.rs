@@ -8,23 +8,24 @@
 pub mod decide;
 pub mod events;
 pub mod http;
+pub mod identify;
 pub mod launch;
 pub mod matcher;
 pub mod resolve;
 pub mod socks5;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
 use decide::Decider;
 use events::EventSink;
+use identify::Program;
 use resolve::Resolver;
 
-/// Names the program behind a client connection (from its peer address), when it can.
-pub type Identify = dyn Fn(SocketAddr) -> Option<PathBuf> + Send + Sync;
+/// Names the program behind a client connection (from its peer and local addresses), when it can.
+pub type Identify = dyn Fn(SocketAddr, SocketAddr) -> Option<Program> + Send + Sync;
 
 /// Everything a connection handler needs; shared by all of them.
 pub struct Proxy {
@@ -44,8 +45,12 @@ impl Proxy {
         }
     }
 
-    fn binary_of(&self, peer: SocketAddr) -> Option<PathBuf> {
-        self.identify.as_ref().and_then(|f| f(peer))
+    /// Only looked up when some rule depends on it.
+    fn binary_of(&self, peer: SocketAddr, local: Option<SocketAddr>) -> Option<Program> {
+        if !self.decider.needs_binary() {
+            return None;
+        }
+        self.identify.as_ref().and_then(|f| f(peer, local?))
     }
 }
 

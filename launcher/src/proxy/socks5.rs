@@ -63,14 +63,14 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         Ok(h) => h,
         Err(_) => return reply(&mut client, NOT_ALLOWED, None).await,
     };
-    let binary = proxy.binary_of(peer);
+    let binary = proxy.binary_of(peer, client.local_addr().ok());
     let mut decision = proxy
         .decider
-        .decide(&host, port, binary.as_deref(), Channel::Tunnel);
+        .decide(&host, port, binary.as_ref(), Channel::Tunnel);
     if !decision.verdict.lets_through() {
         proxy
             .events
-            .decision("socks5", &decision, binary.as_deref(), None);
+            .decision("socks5", &decision, binary.as_ref(), None);
         return reply(&mut client, NOT_ALLOWED, None).await;
     }
     let mut upstream = match proxy.resolver.dial(&decision).await {
@@ -86,13 +86,13 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
             };
             proxy
                 .events
-                .decision("socks5", &decision, binary.as_deref(), None);
+                .decision("socks5", &decision, binary.as_ref(), None);
             return reply(&mut client, code, None).await;
         }
     };
     proxy
         .events
-        .decision("socks5", &decision, binary.as_deref(), None);
+        .decision("socks5", &decision, binary.as_ref(), None);
     reply(&mut client, SUCCEEDED, upstream.local_addr().ok()).await?;
     tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
     Ok(())
