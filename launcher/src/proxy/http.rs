@@ -16,6 +16,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use super::decide::{Channel, Decision, Verdict};
@@ -84,13 +85,25 @@ async fn connect(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>)
         Err(resp) => return resp,
     };
     tokio::spawn(async move {
-        match hyper::upgrade::on(req).await {
-            Ok(upgraded) => {
+        let Ok(upgraded) = hyper::upgrade::on(req).await else {
+            return;
+        };
+        // Back to the plain client socket (plus whatever the client sent early), so the
+        // tunnel can splice socket to socket.
+        match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
+            Ok(parts) => {
+                let mut upstream = upstream;
+                if !parts.read_buf.is_empty() && upstream.write_all(&parts.read_buf).await.is_err()
+                {
+                    return;
+                }
+                super::tunnel::relay(parts.io.into_inner(), upstream).await;
+            }
+            Err(upgraded) => {
                 let mut client = TokioIo::new(upgraded);
                 let mut upstream = upstream;
                 let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
             }
-            Err(_) => drop(upstream),
         }
     });
     Response::new(empty())

@@ -13,6 +13,7 @@ pub mod launch;
 pub mod matcher;
 pub mod resolve;
 pub mod socks5;
+pub mod tunnel;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -125,6 +126,7 @@ pub fn spawn(
         .build()
         .context("start the proxy's runtime")?;
     let proxy = Arc::new(proxy);
+    tunnel::raise_fd_limit();
     std::thread::Builder::new()
         .name("proxy".into())
         .spawn(move || {

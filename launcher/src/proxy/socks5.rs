@@ -73,7 +73,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
             .decision("socks5", &decision, binary.as_ref(), None);
         return reply(&mut client, NOT_ALLOWED, None).await;
     }
-    let mut upstream = match proxy.resolver.dial(&decision).await {
+    let upstream = match proxy.resolver.dial(&decision).await {
         Ok(s) => s,
         Err(e) => {
             let code = match &e {
@@ -94,7 +94,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         .events
         .decision("socks5", &decision, binary.as_ref(), None);
     reply(&mut client, SUCCEEDED, upstream.local_addr().ok()).await?;
-    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    super::tunnel::relay(client, upstream).await;
     Ok(())
 }
 
