@@ -195,12 +195,20 @@ fn https_through_connect_verifies_the_real_server_certificate() {
         let events_file = work.join("events.jsonl");
         let events_arg = events_file.to_str().unwrap().to_string();
         let script = format!(
-            "curl -sS --max-time 10 --cacert cert.pem https://allowed.test:{}/secure",
-            server.port
+            "curl -sS --max-time 10 --cacert cert.pem https://allowed.test:{p}/secure; echo
+python3 -c 'import requests; print(requests.get(\"https://allowed.test:{p}/requests\", verify=\"cert.pem\", timeout=10).text)'",
+            p = server.port
         );
         let out = sh(caller, &work.path, &allow_opts(&events_arg), &script);
         assert!(
             stdout(&out).contains("hello-over-tls path=/secure"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // python requests (HTTPS_PROXY -> CONNECT), where it is installed.
+        assert!(
+            stdout(&out).contains("hello-over-tls path=/requests")
+                || stderr(&out).contains("No module named 'requests'"),
             "{caller:?}: {}",
             explain(&out)
         );
@@ -512,4 +520,106 @@ curl -sS --max-time 10 -o /dev/null -w 'tunnel=%{{http_code}}\\n' -p http://allo
             .any(|e| e["decision"] == "audit" && e["path"] == "/api/a/b"),
         "{ev:?}"
     );
+}
+
+/// python3's static file server on the host's 127.0.0.1, serving `dir`.
+struct StaticServer {
+    child: Child,
+    port: u16,
+}
+
+impl StaticServer {
+    fn start(dir: &std::path::Path) -> Self {
+        let script = r#"
+import http.server, functools, sys
+H = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+H.log_message = lambda *a: None
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+        let mut child = Command::new("python3")
+            .args(["-c", script])
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 is needed for the static server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        StaticServer {
+            child,
+            port: line.trim().parse().expect("the static server's port"),
+        }
+    }
+}
+
+impl Drop for StaticServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn git_clone_and_python_urllib_go_through_the_proxy_variables() {
+    // A bare repository served over git's dumb HTTP protocol.
+    let host_dir = TempDir::new("net-git-host");
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let out = Command::new("git")
+            // The directory belongs to the sandbox's user; this git runs as the test's.
+            .args(["-c", "safe.directory=*"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", explain(&out));
+    };
+    let src = host_dir.mkdir("src");
+    git(&["init", "-q", "-b", "main"], &src);
+    std::fs::write(src.join("README"), "cloned-through-the-proxy\n").unwrap();
+    git(&["add", "README"], &src);
+    git(&["commit", "-q", "-m", "one"], &src);
+    git(
+        &["clone", "-q", "--bare", "src", "repo.git"],
+        &host_dir.path,
+    );
+    git(&["update-server-info"], &host_dir.join("repo.git"));
+    let server = StaticServer::start(&host_dir.path);
+
+    for caller in CALLERS {
+        let work = TempDir::new("net-git");
+        let p = server.port;
+        let script = format!(
+            "git clone -q http://allowed.test:{p}/repo.git clone && cat clone/README
+python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://allowed.test:{p}/src/README\").read().decode().strip(), \"via urllib\")'"
+        );
+        let out = sh(
+            caller,
+            &work.path,
+            &[
+                "--resolve",
+                "allowed.test:127.0.0.1",
+                "--allow-domain",
+                "allowed.test",
+            ],
+            &script,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("cloned-through-the-proxy\n"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("cloned-through-the-proxy via urllib"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
 }
