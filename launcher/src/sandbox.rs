@@ -177,6 +177,13 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
             )
         }
     };
+    if network != NetworkMode::Restricted {
+        warnings.extend(proxy::launch::ignored_flags(
+            &args.allow_domain,
+            &args.resolve,
+            args.events.as_deref(),
+        ));
+    }
     let ctx = HostContext {
         cwd: cwd.clone(),
         home: std::env::var_os("HOME").map(PathBuf::from),

@@ -578,6 +578,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_denied_name_is_refused_before_any_lookup() {
+        // The test resolver knows no names: reaching the lookup answers 502 "has no address".
+        let (http, _) = testing::proxy(&["allowed.test"], &[], EventSink::none()).await;
+        let mut c = client(http).await;
+        let (status, _, body) = get(&mut c, "http://secret-data.evil.test/", None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        let (status, _, body) = get(&mut c, "http://allowed.test/", None).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert!(body.contains("allowed.test has no address"), "{body}");
+    }
+
+    #[tokio::test]
     async fn origin_form_requests_are_refused_with_an_explanation() {
         let (http, _) = testing::proxy(&[], &[], EventSink::none()).await;
         let mut c = client(http).await;

@@ -57,6 +57,31 @@ fn with_command_line_domains(network: &NetworkPolicy, allow_domain: &[String]) -
     network
 }
 
+/// The network flags that only the proxy uses, when the mode has no proxy.
+pub fn ignored_flags(
+    allow_domain: &[String],
+    resolve: &[String],
+    events: Option<&str>,
+) -> Option<String> {
+    let mut flags = Vec::new();
+    if !allow_domain.is_empty() {
+        flags.push("--allow-domain");
+    }
+    if !resolve.is_empty() {
+        flags.push("--resolve");
+    }
+    if events.is_some() {
+        flags.push("--events");
+    }
+    let verb = if flags.len() == 1 { "applies" } else { "apply" };
+    (!flags.is_empty()).then(|| {
+        format!(
+            "{} {verb} only to --network restricted; ignored",
+            flags.join(", ")
+        )
+    })
+}
+
 /// Replace whatever proxy settings the caller had with the sandbox's own.
 pub fn set_env(env: &mut Vec<(String, String)>) {
     let ours = proxy_env();
@@ -116,6 +141,15 @@ mod tests {
             .map(|s| s.value.as_str())
             .collect();
         assert_eq!(values, ["a.test", "b.test"]);
+    }
+
+    #[test]
+    fn proxy_flags_without_a_proxy_are_reported() {
+        assert_eq!(ignored_flags(&[], &[], None), None);
+        assert_eq!(
+            ignored_flags(&["a.test".into()], &[], Some("fd:3")).unwrap(),
+            "--allow-domain, --events apply only to --network restricted; ignored"
+        );
     }
 
     #[test]
