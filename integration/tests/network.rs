@@ -180,7 +180,8 @@ curl -sS --max-time 10 -x \"$ALL_PROXY\" http://allowed.test:{p}/allproxy; echo"
                 ev.iter().any(|e| e["protocol"] == protocol
                     && e["decision"] == "allow"
                     && e["host"] == "allowed.test"
-                    && e["port"] == p),
+                    && e["port"] == p
+                    && e["binary"] == "/usr/bin/curl"),
                 "{caller:?} {protocol}: {ev:?}"
             );
         }

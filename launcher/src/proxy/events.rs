@@ -54,6 +54,11 @@ impl EventSink {
         })
     }
 
+    /// Whether anything is recorded.
+    pub fn is_active(&self) -> bool {
+        self.out.is_some()
+    }
+
     /// A sink that drops everything.
     pub fn none() -> Self {
         Self::default()

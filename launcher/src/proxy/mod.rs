@@ -46,9 +46,9 @@ impl Proxy {
         }
     }
 
-    /// Only looked up when some rule depends on it.
+    /// Only looked up when some rule depends on it or the events stream records it.
     fn binary_of(&self, peer: SocketAddr, local: Option<SocketAddr>) -> Option<Program> {
-        if !self.decider.needs_binary() {
+        if !self.decider.needs_binary() && !self.events.is_active() {
             return None;
         }
         self.identify.as_ref().and_then(|f| f(peer, local?))
