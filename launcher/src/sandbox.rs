@@ -197,6 +197,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         preserve_fds: args.preserve_fd.clone(),
         verify_unreadable: layout.verify_unreadable,
         verify_unwritable_dirs: layout.verify_unwritable_dirs,
+        guard_create: layout.unprotected_missing.clone(),
     };
     let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
         StepError::new(
