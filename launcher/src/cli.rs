@@ -109,12 +109,24 @@ pub struct SandboxArgs {
     /// Hand the pathname unix socket PATH into the sandbox (repeatable).
     #[arg(long, value_name = "PATH")]
     pub allow_unix_socket: Vec<PathBuf>,
-    /// Network mode (default: none).
+    /// Network mode (default: restricted, with only the allowed domains reachable).
     #[arg(long, value_enum)]
     pub network: Option<NetworkArg>,
     /// Allow a domain through the proxy (`example.com`, `*.example.com`, `host:port`; repeatable).
     #[arg(long, value_name = "DOMAIN")]
     pub allow_domain: Vec<String>,
+    /// Let programs inside connect to TCP PORT on the sandbox's own loopback, e.g. a server the
+    /// agent starts itself (repeatable). Other TCP connects are refused by Landlock, except to
+    /// the proxy.
+    #[arg(long, value_name = "PORT")]
+    pub allow_loopback_port: Vec<u16>,
+    /// Let the proxy resolve HOST to ADDR without asking DNS (curl's `--resolve`; repeatable).
+    #[arg(long, value_name = "HOST:ADDR")]
+    pub resolve: Vec<String>,
+    /// Write every network decision (time, host, port, binary, decision, reason) as JSON Lines
+    /// to FILE (appended) or to descriptor N (`fd:N`).
+    #[arg(long, value_name = "FILE|fd:N")]
+    pub events: Option<String>,
     /// seccomp policy: the name of an embedded one (default: `default`) or a seccompiler JSON file.
     #[arg(long, value_name = "NAME|FILE")]
     pub seccomp_policy: Option<String>,

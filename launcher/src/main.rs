@@ -7,6 +7,7 @@ mod layout;
 mod login;
 mod namespaces;
 mod policy;
+mod proxy;
 mod sandbox;
 mod status;
 mod supervisor;

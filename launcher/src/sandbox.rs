@@ -14,7 +14,7 @@ use crate::namespaces::Identity;
 use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
 use crate::status::StatusSink;
-use crate::{supervisor, users};
+use crate::{proxy, supervisor, users};
 
 /// Everything decided before the clone.
 pub struct Prepared {
@@ -27,6 +27,8 @@ pub struct Prepared {
     /// Protected paths that did not exist at launch (so could not be bound read-only without
     /// creating something on the host): checked again when the sandbox ends.
     pub unprotected_missing: Vec<PathBuf>,
+    /// The proxy of `--network restricted`, started once the shim hands over its sockets.
+    pub proxy: Option<proxy::Proxy>,
 }
 
 fn policy_error(e: anyhow::Error) -> StepError {
@@ -143,21 +145,36 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
     let mut warnings = policy.warnings.clone();
     let mut env: Vec<(String, String)> = std::env::vars().collect();
     let identity = identity(&policy, &mut env, &mut warnings)?;
-    let network = policy.network.mode.unwrap_or(NetworkMode::None);
-    let net_spec = match network {
-        NetworkMode::None => NetworkSpec::None,
+    // Not said anywhere: restricted, with only what the policy allows (nothing, by default).
+    let network = policy.network.mode.unwrap_or(NetworkMode::Restricted);
+    let mut restricted_proxy = None;
+    // Landlock's TCP rules are a second layer under the network namespace.
+    let (net_spec, tcp_connect) = match network {
+        NetworkMode::None => (NetworkSpec::None, Some(args.allow_loopback_port.clone())),
         NetworkMode::Full => {
             warnings.push(
                 "network: full — the sandbox uses the host's network without any filtering".into(),
             );
-            NetworkSpec::Full
+            (NetworkSpec::Full, None)
         }
         NetworkMode::Restricted => {
-            return Err(StepError::new(
-                Step::Policy,
-                "--network restricted is not available in this build",
-                Some("use --network none or --network full"),
-            ))
+            let r = proxy::launch::prepare(
+                &policy.network,
+                &args.allow_domain,
+                &args.resolve,
+                args.events.as_deref(),
+            )
+            .map_err(policy_error)?;
+            proxy::launch::set_env(&mut env);
+            restricted_proxy = Some(r.proxy);
+            let ports = r.listen_ports;
+            let connect = ports.iter().chain(&args.allow_loopback_port).copied();
+            (
+                NetworkSpec::Restricted {
+                    listen_ports: ports.clone(),
+                },
+                Some(connect.collect()),
+            )
         }
     };
     let ctx = HostContext {
@@ -188,7 +205,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
             },
             rules: layout.landlock,
             scope: true,
-            tcp_connect: None,
+            tcp_connect,
         },
         seccomp: seccomp(&policy)?,
         network: net_spec,
@@ -214,6 +231,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         warnings,
         unprotected_missing: layout.unprotected_missing,
         filter,
+        proxy: restricted_proxy,
     })
 }
 
@@ -250,15 +268,17 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         new_net,
         status: &mut status,
         verbose: args.verbose,
-        on_listeners: None,
+        on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {
+            Box::new(move |fds| proxy::launch::start(p, fds))
+        }),
     });
     report_created(&watch, &mut status);
     code
 }
 
-/// A protected path that did not exist at launch can be created inside a writable tree (making
-/// it uncreatable would mean creating it on the host first). Say so loudly when that happened:
-/// such files run code outside the sandbox later (direnv, editor tasks, agent configuration).
+/// Should a protected path that did not exist at launch appear anyway (the create guard
+/// refuses them; this is the second line), say so loudly: such files run code outside the
+/// sandbox later (direnv, editor tasks, agent configuration).
 fn report_created(watch: &[PathBuf], status: &mut StatusSink) {
     for p in watch {
         if std::fs::symlink_metadata(p).is_ok() {

@@ -1,0 +1,594 @@
+//! The HTTP proxy: `CONNECT host:port` tunnels and absolute-URI plain HTTP, on hyper 1.
+//!
+//! The host that is dialled is always the one that was checked: the CONNECT authority or the
+//! absolute URI's authority, never a `Host` header (which is rewritten to match). Every request
+//! on a kept-alive connection is decided on its own; bodies are streamed, never buffered.
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use super::decide::{Channel, Decision, Verdict};
+use super::matcher::Host;
+use super::resolve::DialError;
+use super::Proxy;
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// The header a denial carries, for programs (and agents) that read headers rather than bodies.
+pub const DENIED_HEADER: &str = "x-sandbox-denied";
+
+pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                super::accept_backoff(e).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let binary = proxy.binary_of(peer);
+            let svc = service_fn(move |req| handle(proxy.clone(), binary.clone(), req));
+            let _ = http1::Builder::new()
+                .preserve_header_case(true)
+                .serve_connection(TokioIo::new(stream), svc)
+                .with_upgrades()
+                .await;
+        });
+    }
+}
+
+async fn handle(
+    proxy: Arc<Proxy>,
+    binary: Option<PathBuf>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    Ok(if req.method() == Method::CONNECT {
+        connect(&proxy, binary, req).await
+    } else {
+        forward(&proxy, binary, req).await
+    })
+}
+
+/// `CONNECT host:port`: decide, dial, answer 200, then copy bytes both ways.
+async fn connect(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>) -> Response<Body> {
+    let Some(authority) = req.uri().authority().cloned() else {
+        return bad_request("CONNECT needs a host:port target");
+    };
+    let Some(port) = authority.port_u16() else {
+        return bad_request("CONNECT needs a port (host:port)");
+    };
+    let host = match Host::parse(authority.host()) {
+        Ok(h) => h,
+        Err(e) => return bad_request(&format!("{e:#}")),
+    };
+    let decision = proxy
+        .decider
+        .decide(&host, port, binary.as_deref(), Channel::Tunnel);
+    let upstream = match dial(proxy, decision, binary.as_deref(), "connect", None).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    tokio::spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(upgraded) => {
+                let mut client = TokioIo::new(upgraded);
+                let mut upstream = upstream;
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            }
+            Err(_) => drop(upstream),
+        }
+    });
+    Response::new(empty())
+}
+
+/// Absolute-URI plain HTTP: decide this request, dial the checked host, relay.
+async fn forward(proxy: &Proxy, binary: Option<PathBuf>, req: Request<Incoming>) -> Response<Body> {
+    let uri = req.uri().clone();
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return bad_request(&format!(
+                "{other}:// URLs go through CONNECT (HTTPS_PROXY), not as plain requests"
+            ))
+        }
+        None => return bad_request(
+            "this is the sandbox's HTTP proxy: send absolute URIs (http://host/path) or CONNECT",
+        ),
+    }
+    let Some(authority) = uri.authority().cloned() else {
+        return bad_request("the URI has no host");
+    };
+    let host = match Host::parse(authority.host()) {
+        Ok(h) => h,
+        Err(e) => return bad_request(&format!("{e:#}")),
+    };
+    let port = authority.port_u16().unwrap_or(80);
+    let path = uri.path().to_string();
+    let method = req.method().as_str().to_string();
+    let connection = proxy
+        .decider
+        .decide(&host, port, binary.as_deref(), Channel::PlainHttp);
+    let decision = proxy
+        .decider
+        .check_request(&connection, &method, &path, uri.query());
+    let upstream = match dial(
+        proxy,
+        decision,
+        binary.as_deref(),
+        "http",
+        Some((&method, &path)),
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    let (mut parts, body) = req.into_parts();
+    parts.uri = origin_form(&uri);
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove("proxy-authorization");
+    // The host that was checked is the host the server is told about.
+    match HeaderValue::from_str(authority.as_str()) {
+        Ok(v) => {
+            parts.headers.insert(HOST, v);
+        }
+        Err(_) => return bad_request("the URI's authority is not a valid Host header"),
+    }
+    let (mut sender, conn) = match hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .handshake(TokioIo::new(upstream))
+        .await
+    {
+        Ok(x) => x,
+        Err(e) => return bad_gateway(&format!("{host}:{port}: {e}")),
+    };
+    tokio::spawn(conn);
+    match sender.send_request(Request::from_parts(parts, body)).await {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.boxed())
+        }
+        Err(e) => bad_gateway(&format!("{host}:{port}: {e}")),
+    }
+}
+
+/// Log the decision and, when it lets the connection through, resolve, check and connect.
+async fn dial(
+    proxy: &Proxy,
+    mut decision: Decision,
+    binary: Option<&std::path::Path>,
+    protocol: &str,
+    request: Option<(&str, &str)>,
+) -> Result<tokio::net::TcpStream, Response<Body>> {
+    if !decision.verdict.lets_through() {
+        proxy.events.decision(protocol, &decision, binary, request);
+        return Err(denied(&decision));
+    }
+    match proxy.resolver.dial(&decision).await {
+        Ok(s) => {
+            proxy.events.decision(protocol, &decision, binary, request);
+            Ok(s)
+        }
+        Err(DialError::Forbidden(why)) => {
+            decision.verdict = Verdict::Deny;
+            decision.reason = why;
+            decision.hint = Some(format!(
+                "name the host exactly: `--allow-domain {}`",
+                decision.host
+            ));
+            proxy.events.decision(protocol, &decision, binary, request);
+            Err(denied(&decision))
+        }
+        Err(e) => {
+            proxy.events.decision(protocol, &decision, binary, request);
+            Err(bad_gateway(&e.to_string()))
+        }
+    }
+}
+
+/// A 403 that says, in words, that the sandbox's policy blocked the host and how to allow it.
+pub fn denied(d: &Decision) -> Response<Body> {
+    let target = format!("{}:{}", d.host, d.port);
+    let rule = d.rule.as_deref().unwrap_or("no matching rule");
+    let mut body = format!(
+        "sandbox-launch: the sandbox's network policy blocked {target}.\nReason: {}\n",
+        d.reason
+    );
+    if let Some(hint) = &d.hint {
+        body.push_str(&format!("How to allow it: {hint}\n"));
+    }
+    body.push_str("This is a policy decision, not a network failure: retrying will not help.\n");
+    let header = format!(
+        "host={target}; rule={rule}; reason={}{}",
+        d.reason,
+        d.hint
+            .as_deref()
+            .map(|h| format!("; allow={h}"))
+            .unwrap_or_default()
+    );
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&header_safe(&header)) {
+        resp.headers_mut()
+            .insert(HeaderName::from_static(DENIED_HEADER), v);
+    }
+    resp
+}
+
+/// Header values are visible ASCII; anything else becomes `?`.
+fn header_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
+fn bad_request(msg: &str) -> Response<Body> {
+    text_response(
+        StatusCode::BAD_REQUEST,
+        format!("sandbox-launch proxy: {msg}\n"),
+    )
+}
+
+fn bad_gateway(msg: &str) -> Response<Body> {
+    text_response(
+        StatusCode::BAD_GATEWAY,
+        format!("sandbox-launch proxy: {msg}\n"),
+    )
+}
+
+fn text_response(status: StatusCode, body: String) -> Response<Body> {
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+fn full(s: String) -> Body {
+    Full::new(Bytes::from(s)).map_err(|e| match e {}).boxed()
+}
+
+fn empty() -> Body {
+    Empty::<Bytes>::new().map_err(|e| match e {}).boxed()
+}
+
+fn origin_form(uri: &Uri) -> Uri {
+    uri.path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/")
+        .parse()
+        .unwrap_or_else(|_| Uri::from_static("/"))
+}
+
+/// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
+/// `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for name in named {
+        headers.remove(name.as_str());
+    }
+    for name in [
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+    ] {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+    use crate::proxy::events::EventSink;
+    use crate::proxy::testing;
+
+    async fn client(proxy: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+        let stream = TcpStream::connect(proxy).await.unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    async fn get(
+        sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+        url: &str,
+        host_header: Option<&str>,
+    ) -> (StatusCode, HeaderMap, String) {
+        let mut req = Request::get(url);
+        if let Some(h) = host_header {
+            req = req.header(HOST, h);
+        }
+        let resp = sender
+            .send_request(req.body(Full::new(Bytes::new())).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// Send a CONNECT, return the status line and head; the stream is then the tunnel.
+    async fn connect_raw(
+        proxy: SocketAddr,
+        target: &str,
+        host_header: &str,
+    ) -> (TcpStream, String) {
+        let mut s = TcpStream::connect(proxy).await.unwrap();
+        s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {host_header}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if s.read(&mut byte).await.unwrap() == 0 {
+                break;
+            }
+            head.push(byte[0]);
+        }
+        (s, String::from_utf8_lossy(&head).into_owned())
+    }
+
+    #[tokio::test]
+    async fn allowed_host_answers_and_denied_twin_gets_an_explained_403() {
+        let up = testing::upstream().await;
+        let (http, _) = testing::proxy(
+            &["allowed.test"],
+            &[("allowed.test", "127.0.0.1"), ("denied.test", "127.0.0.1")],
+            EventSink::none(),
+        )
+        .await;
+        let mut c = client(http).await;
+        let (status, _, body) = get(
+            &mut c,
+            &format!("http://allowed.test:{}/a?b=1", up.port()),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            body,
+            format!(
+                "upstream host=allowed.test:{} path=/a?b=1 body=0",
+                up.port()
+            )
+        );
+        let (status, headers, body) =
+            get(&mut c, &format!("http://denied.test:{}/", up.port()), None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(
+            body.contains("network policy blocked denied.test"),
+            "{body}"
+        );
+        assert!(body.contains("--allow-domain denied.test"), "{body}");
+        let h = headers.get(DENIED_HEADER).unwrap().to_str().unwrap();
+        assert!(
+            h.contains("host=denied.test:") && h.contains("rule=no matching rule"),
+            "{h}"
+        );
+        assert!(h.contains("--allow-domain denied.test"), "{h}");
+    }
+
+    #[tokio::test]
+    async fn every_request_on_a_kept_alive_connection_is_checked() {
+        let up = testing::upstream().await;
+        let (http, _) = testing::proxy(
+            &["allowed.test"],
+            &[("allowed.test", "127.0.0.1"), ("denied.test", "127.0.0.1")],
+            EventSink::none(),
+        )
+        .await;
+        let mut c = client(http).await;
+        let ok = format!("http://allowed.test:{}/", up.port());
+        assert_eq!(get(&mut c, &ok, None).await.0, StatusCode::OK);
+        let bad = format!("http://denied.test:{}/", up.port());
+        assert_eq!(get(&mut c, &bad, None).await.0, StatusCode::FORBIDDEN);
+        assert_eq!(get(&mut c, &ok, None).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn host_header_cannot_redirect_a_plain_request() {
+        let up = testing::upstream().await;
+        let (http, _) = testing::proxy(
+            &["allowed.test"],
+            &[("allowed.test", "127.0.0.1")],
+            EventSink::none(),
+        )
+        .await;
+        let mut c = client(http).await;
+        // Allowed URI, lying Host header: the allowed host is dialled and named to the server.
+        let (status, _, body) = get(
+            &mut c,
+            &format!("http://allowed.test:{}/", up.port()),
+            Some("denied.test"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.contains(&format!("host=allowed.test:{}", up.port())),
+            "{body}"
+        );
+        // Denied URI, Host header of an allowed one: denied.
+        let (status, _, _) = get(
+            &mut c,
+            &format!("http://denied.test:{}/", up.port()),
+            Some("allowed.test"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+
+    #[tokio::test]
+    async fn connect_uses_the_authority_not_the_host_header() {
+        let up = testing::upstream().await;
+        let (http, _) = testing::proxy(
+            &["allowed.test"],
+            &[("allowed.test", "127.0.0.1"), ("denied.test", "127.0.0.1")],
+            EventSink::none(),
+        )
+        .await;
+        let (_, head) = connect_raw(
+            http,
+            &format!("denied.test:{}", up.port()),
+            &format!("allowed.test:{}", up.port()),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("x-sandbox-denied: host=denied.test"),
+            "{head}"
+        );
+
+        let (mut tunnel, head) = connect_raw(
+            http,
+            &format!("allowed.test:{}", up.port()),
+            &format!("denied.test:{}", up.port()),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        tunnel
+            .write_all(b"GET /through HTTP/1.1\r\nHost: tunnelled\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        tunnel.read_to_string(&mut out).await.unwrap();
+        assert!(
+            out.starts_with("HTTP/1.1 200") && out.contains("path=/through"),
+            "{out}"
+        );
+    }
+
+    #[tokio::test]
+    async fn loopback_name_denied_unless_named_and_ip_literal_needs_a_rule() {
+        let up = testing::upstream().await;
+        let (http, _) = testing::proxy(
+            &["*.corp.test", "127.0.0.1"],
+            &[("svc.corp.test", "127.0.0.1")],
+            EventSink::none(),
+        )
+        .await;
+        let mut c = client(http).await;
+        let (status, _, body) = get(
+            &mut c,
+            &format!("http://svc.corp.test:{}/", up.port()),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(
+            body.contains("loopback") && body.contains("exactly"),
+            "{body}"
+        );
+        // The IP literal is named by a rule, so it may be reached.
+        let (status, _, _) = get(&mut c, &format!("http://127.0.0.1:{}/", up.port()), None).await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, _, body) =
+            get(&mut c, &format!("http://127.0.0.2:{}/", up.port()), None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(body.contains("IP addresses"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn large_chunked_upload_is_streamed_through() {
+        let up = testing::upstream().await;
+        let (http, _) = testing::proxy(
+            &["allowed.test"],
+            &[("allowed.test", "127.0.0.1")],
+            EventSink::none(),
+        )
+        .await;
+        let mut s = TcpStream::connect(http).await.unwrap();
+        let head = format!(
+            "POST http://allowed.test:{}/up HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+            up.port()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..64 {
+            s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await
+                .unwrap();
+            s.write_all(&chunk).await.unwrap();
+            s.write_all(b"\r\n").await.unwrap();
+        }
+        s.write_all(b"0\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.contains(&format!("body={}", 64 * 64 * 1024)), "{out}");
+    }
+
+    #[tokio::test]
+    async fn origin_form_requests_are_refused_with_an_explanation() {
+        let (http, _) = testing::proxy(&[], &[], EventSink::none()).await;
+        let mut c = client(http).await;
+        let (status, _, body) = get(&mut c, "/", Some("anything")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.contains("absolute URIs"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn denials_are_written_to_the_events_file() {
+        let path = std::env::temp_dir().join(format!("sl-proxy-events-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let (http, _) =
+            testing::proxy(&[], &[], EventSink::open(path.to_str().unwrap()).unwrap()).await;
+        let (_, head) = connect_raw(http, "blocked.test:443", "blocked.test:443").await;
+        assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let event: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(event["host"], "blocked.test");
+        assert_eq!(event["port"], 443);
+        assert_eq!(event["decision"], "deny");
+        assert_eq!(event["protocol"], "connect");
+        assert_eq!(event["reason"], "no rule allows blocked.test");
+        assert!(event["binary"].is_null());
+        std::fs::remove_file(&path).unwrap();
+    }
+}

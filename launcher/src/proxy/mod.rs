@@ -1,0 +1,244 @@
+//! The domain-filtering proxy of `--network restricted`. It runs in the supervisor, in the host
+//! network namespace, and accepts on listening sockets that the shim created on 127.0.0.1 inside
+//! the sandbox's namespace: an HTTP proxy (CONNECT and absolute-URI plain HTTP) and a SOCKS5
+//! proxy. Every connection, and every plain-HTTP request, is decided on the host name before
+//! anything is resolved; allowed names are resolved once, checked, and the checked address is
+//! dialled.
+
+pub mod decide;
+pub mod events;
+pub mod http;
+pub mod launch;
+pub mod matcher;
+pub mod resolve;
+pub mod socks5;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use decide::Decider;
+use events::EventSink;
+use resolve::Resolver;
+
+/// Names the program behind a client connection (from its peer address), when it can.
+pub type Identify = dyn Fn(SocketAddr) -> Option<PathBuf> + Send + Sync;
+
+/// Everything a connection handler needs; shared by all of them.
+pub struct Proxy {
+    pub decider: Decider,
+    pub resolver: Resolver,
+    pub events: EventSink,
+    pub identify: Option<Box<Identify>>,
+}
+
+impl Proxy {
+    pub fn new(decider: Decider, resolver: Resolver, events: EventSink) -> Self {
+        Proxy {
+            decider,
+            resolver,
+            events,
+            identify: None,
+        }
+    }
+
+    fn binary_of(&self, peer: SocketAddr) -> Option<PathBuf> {
+        self.identify.as_ref().and_then(|f| f(peer))
+    }
+}
+
+/// Which protocol a listening socket speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Socks5,
+}
+
+/// The in-sandbox ports of the listeners, in the order the shim creates them.
+pub const HTTP_PORT: u16 = 3128;
+pub const SOCKS5_PORT: u16 = 1080;
+pub const LISTENERS: [(Protocol, u16); 2] =
+    [(Protocol::Http, HTTP_PORT), (Protocol::Socks5, SOCKS5_PORT)];
+
+/// The variables that point programs inside the sandbox at the proxy.
+pub fn proxy_env() -> Vec<(String, String)> {
+    let http = format!("http://127.0.0.1:{HTTP_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{SOCKS5_PORT}");
+    let no_proxy = "localhost,127.0.0.1,::1".to_string();
+    let mut env = Vec::new();
+    for (name, value) in [
+        ("HTTP_PROXY", &http),
+        ("HTTPS_PROXY", &http),
+        ("ALL_PROXY", &socks),
+        ("NO_PROXY", &no_proxy),
+    ] {
+        env.push((name.to_string(), value.clone()));
+        env.push((name.to_ascii_lowercase(), value.clone()));
+    }
+    // Node 24+ honours the variables only when told; npm, pip, git and curl read them anyway.
+    env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    env
+}
+
+/// Serve on already-listening sockets until every listener fails. Needs a tokio runtime.
+pub async fn serve(
+    listeners: Vec<(Protocol, std::net::TcpListener)>,
+    proxy: Arc<Proxy>,
+) -> Result<()> {
+    let mut tasks = Vec::new();
+    for (protocol, listener) in listeners {
+        listener
+            .set_nonblocking(true)
+            .context("make the proxy listener non-blocking")?;
+        let listener =
+            tokio::net::TcpListener::from_std(listener).context("register the proxy listener")?;
+        let proxy = proxy.clone();
+        tasks.push(tokio::spawn(async move {
+            match protocol {
+                Protocol::Http => http::serve(listener, proxy).await,
+                Protocol::Socks5 => socks5::serve(listener, proxy).await,
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+/// Start the proxy on its own thread with one single-threaded tokio runtime (no thread per
+/// connection). Call only after the sandbox's clone: the supervisor must be single-threaded
+/// until then.
+pub fn spawn(
+    listeners: Vec<(Protocol, std::net::TcpListener)>,
+    proxy: Proxy,
+) -> Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the proxy's runtime")?;
+    let proxy = Arc::new(proxy);
+    std::thread::Builder::new()
+        .name("proxy".into())
+        .spawn(move || {
+            if let Err(e) = runtime.block_on(serve(listeners, proxy)) {
+                eprintln!("sandbox-launch: proxy: {e:#}");
+            }
+        })
+        .context("start the proxy thread")
+}
+
+/// Accept errors such as EMFILE must not end the accept loop; pause briefly instead.
+async fn accept_backoff(e: std::io::Error) {
+    if !matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::Interrupted
+    ) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Servers on 127.0.0.1 for the proxy's tests.
+
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper::{Request, Response};
+    use hyper_util::rt::TokioIo;
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::policy::model::{NetworkPolicy, Source, Sourced};
+
+    /// An HTTP server that answers `upstream host=<Host> path=<path> body=<n bytes>`.
+    pub async fn upstream() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let svc = service_fn(|req: Request<hyper::body::Incoming>| async move {
+                        let host = req
+                            .headers()
+                            .get("host")
+                            .and_then(|h| h.to_str().ok())
+                            .unwrap_or("-")
+                            .to_string();
+                        let path = req.uri().to_string();
+                        let n = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes().len())
+                            .unwrap_or(0);
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(format!(
+                            "upstream host={host} path={path} body={n}"
+                        )))))
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// A proxy listening on 127.0.0.1 (HTTP, SOCKS5), with these allowed domains and names
+    /// pinned to addresses; it never asks DNS.
+    pub async fn proxy(
+        domains: &[&str],
+        pins: &[(&str, &str)],
+        events: EventSink,
+    ) -> (SocketAddr, SocketAddr) {
+        let policy = NetworkPolicy {
+            denied_domains: vec![],
+            mode: None,
+            allowed_domains: domains
+                .iter()
+                .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
+                .collect(),
+            rules: Default::default(),
+        };
+        let resolver = Resolver::offline(
+            pins.iter()
+                .map(|(h, a)| (h.to_string(), a.parse().unwrap()))
+                .collect(),
+        );
+        let proxy = Proxy::new(Decider::from_policy(&policy).unwrap(), resolver, events);
+        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let socks = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addrs = (http.local_addr().unwrap(), socks.local_addr().unwrap());
+        tokio::spawn(serve(
+            vec![(Protocol::Http, http), (Protocol::Socks5, socks)],
+            Arc::new(proxy),
+        ));
+        addrs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_points_every_client_at_the_proxy() {
+        let env = proxy_env();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("HTTPS_PROXY"), Some("http://127.0.0.1:3128"));
+        assert_eq!(get("https_proxy"), Some("http://127.0.0.1:3128"));
+        assert_eq!(get("ALL_PROXY"), Some("socks5h://127.0.0.1:1080"));
+        assert_eq!(get("no_proxy"), Some("localhost,127.0.0.1,::1"));
+        assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
+    }
+}
