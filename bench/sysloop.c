@@ -1,5 +1,6 @@
 /* Syscall cost microbenchmark, run inside each sandbox by scripts/bench.sh.
- * Usage: sysloop getppid|openclose|forkexec N  -> prints nanoseconds per operation. */
+ * Usage: sysloop getppid|openclose|forkexec|create N  -> prints nanoseconds per operation.
+ * `create` makes and removes a file in /dev/shm (a tmpfs in every sandbox measured). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s getppid|openclose|forkexec N\n", argv[0]);
+        fprintf(stderr, "usage: %s getppid|openclose|forkexec|create N\n", argv[0]);
         return 2;
     }
     long n = atol(argv[2]);
@@ -38,6 +39,15 @@ int main(int argc, char **argv) {
             int st;
             waitpid(p, &st, 0);
             if (!WIFEXITED(st) || WEXITSTATUS(st)) { fprintf(stderr, "child failed\n"); return 1; }
+        }
+    } else if (!strcmp(argv[1], "create")) {
+        char path[64];
+        snprintf(path, sizeof path, "/dev/shm/sysloop-%d", (int)getpid());
+        for (long i = 0; i < n; i++) {
+            int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+            if (fd < 0) { perror("create"); return 1; }
+            close(fd);
+            unlink(path);
         }
     } else {
         fprintf(stderr, "unknown op %s\n", argv[1]);

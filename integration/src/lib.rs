@@ -216,3 +216,21 @@ pub fn explain(o: &Output) -> String {
         stderr(o)
     )
 }
+
+/// In a `pre_exec` hook: make `src` available as `dst` in the exec'd program. `dup2` onto itself
+/// would keep FD_CLOEXEC (and the descriptor would silently vanish), so clear it instead.
+///
+/// # Safety
+/// Only between fork and exec (async-signal-safe calls only).
+pub unsafe fn place_fd(src: i32, dst: i32) -> std::io::Result<()> {
+    let r = if src == dst {
+        libc::fcntl(dst, libc::F_SETFD, 0)
+    } else {
+        libc::dup2(src, dst)
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

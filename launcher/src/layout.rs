@@ -442,8 +442,8 @@ impl Planner<'_> {
         let mut out = Vec::new();
         for w in rw {
             for rel in PROTECTED_IN_WRITABLE_ROOT {
-                if rel.starts_with(".git/") && !w.join(".git").is_dir() {
-                    continue; // not a repository root (or .git is a file: protected below)
+                if rel.starts_with(".git/") && w.join(".git").is_file() {
+                    continue; // a gitlink file: protected itself, below
                 }
                 out.push(w.join(rel));
             }

@@ -221,6 +221,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         preserve_fds: args.preserve_fd.clone(),
         verify_unreadable: layout.verify_unreadable,
         verify_unwritable_dirs: layout.verify_unwritable_dirs,
+        guard_create: layout.unprotected_missing.clone(),
     };
     let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
         StepError::new(
@@ -282,9 +283,9 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
     code
 }
 
-/// A protected path that did not exist at launch can be created inside a writable tree (making
-/// it uncreatable would mean creating it on the host first). Say so loudly when that happened:
-/// such files run code outside the sandbox later (direnv, editor tasks, agent configuration).
+/// Should a protected path that did not exist at launch appear anyway (the create guard
+/// refuses them; this is the second line), say so loudly: such files run code outside the
+/// sandbox later (direnv, editor tasks, agent configuration).
 fn report_created(watch: &[PathBuf], status: &mut StatusSink) {
     for p in watch {
         if std::fs::symlink_metadata(p).is_ok() {

@@ -13,7 +13,7 @@ use shim::spec::SandboxSpec;
 use crate::namespaces::{self, Identity};
 use crate::status::StatusSink;
 
-/// Called with the listening sockets the shim created inside the sandbox's network namespace.
+/// Called with the proxy listeners the shim created inside (restricted network).
 pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>) -> anyhow::Result<()> + 'a>;
 
 pub struct Launch<'a> {

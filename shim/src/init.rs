@@ -77,12 +77,24 @@ fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
         .collect()
 }
 
+/// The create guard to install in the target before exec: its BPF program and the socket its
+/// listener is sent back on.
+pub struct GuardSetup<'a> {
+    pub prog: &'a [libc::sock_filter],
+    pub sock: RawFd,
+}
+
+/// Why the child did not exec: written as two i32s on the status pipe.
+const FAILED_EXEC: i32 = 1;
+const FAILED_GUARD: i32 = 2;
+
 /// Fork and exec the target. Returns its pid once the exec has succeeded; an exec failure is
 /// reported as an error (the target never ran).
 pub fn spawn(
     path: &Path,
     argv: &[String],
     env: &[(String, String)],
+    guard: Option<GuardSetup<'_>>,
 ) -> Result<libc::pid_t, StepError> {
     let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
     let c_argv = cstrings(argv.iter().cloned());
@@ -104,21 +116,29 @@ pub fn spawn(
     }
     if pid == 0 {
         // SAFETY: see above; this is the child.
-        unsafe { exec_child(&c_path, &argv_p, &env_p, wr.as_raw_fd()) }
+        unsafe { exec_child(&c_path, &argv_p, &env_p, wr.as_raw_fd(), guard) }
     }
     drop(wr);
-    let mut buf = [0u8; 4];
+    let mut buf = [0u8; 8];
     let n = loop {
         match nix::unistd::read(&rd, &mut buf) {
             Err(Errno::EINTR) => continue,
             other => break other.unwrap_or(0),
         }
     };
-    if n == 4 {
-        let errno = Errno::from_raw(i32::from_ne_bytes(buf));
+    if n == 8 {
+        let kind = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let errno = Errno::from_raw(i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]));
         // Reap the child that failed to exec.
         // SAFETY: waitpid on our own child.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if kind == FAILED_GUARD {
+            return Err(StepError::new(
+                Step::Seccomp,
+                format!("cannot install the create guard (a seccomp user-notification filter): {errno} ({})", errno.desc()),
+                Some("the kernel must support SECCOMP_FILTER_FLAG_NEW_LISTENER (Linux >= 5.5); run `sandbox-launch doctor`"),
+            ));
+        }
         let hint = match errno {
             Errno::EACCES => "the file is not executable for this user, or the policy does not allow executing it",
             Errno::ENOENT => "the file or its interpreter (#! line, ELF loader) does not exist inside the sandbox",
@@ -142,7 +162,15 @@ unsafe fn exec_child(
     argv: &[*const libc::c_char],
     env: &[*const libc::c_char],
     status_fd: RawFd,
+    guard: Option<GuardSetup<'_>>,
 ) -> ! {
+    let fail = |kind: i32, errno: i32| -> ! {
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&kind.to_ne_bytes());
+        bytes[4..].copy_from_slice(&errno.to_ne_bytes());
+        libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
+        libc::_exit(127);
+    };
     // Handlers set by the Rust runtime (SIGPIPE ignored) must not leak into the target.
     for sig in 1..libc::SIGRTMIN() {
         if sig != libc::SIGKILL && sig != libc::SIGSTOP {
@@ -152,11 +180,14 @@ unsafe fn exec_child(
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    if let Some(g) = guard {
+        if let Err(errno) = crate::create_guard::install_in_child(g.prog, g.sock) {
+            fail(FAILED_GUARD, errno);
+        }
+        libc::close(g.sock);
+    }
     libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
-    let errno = *libc::__errno_location();
-    let bytes = errno.to_ne_bytes();
-    libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
-    libc::_exit(127);
+    fail(FAILED_EXEC, *libc::__errno_location());
 }
 
 /// The exit code for a wait status: the code, or 128+N for a signal.
@@ -171,16 +202,50 @@ fn exit_code(status: libc::c_int) -> i32 {
 }
 
 /// Be init until the target exits; then kill the rest and return the target's exit code.
-pub fn supervise(target: libc::pid_t) -> i32 {
+/// With a create guard, also answer its notifications.
+pub fn supervise(target: libc::pid_t, guard: Option<crate::create_guard::Handler>) -> i32 {
     let set = wait_set();
+    // SAFETY: a valid, initialised signal set; the signals are blocked in this thread.
+    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+    let mut guard = guard;
     loop {
-        // SAFETY: siginfo_t is plain data; sigwaitinfo fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid set and info pointers.
-        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
-        if sig < 0 {
+        let mut fds = [
+            libc::pollfd {
+                fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: guard.as_ref().map_or(-1, |g| g.fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: a valid array of pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
             continue; // EINTR
         }
+        if fds[1].revents != 0 {
+            let gone = fds[1].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+                && fds[1].revents & libc::POLLIN == 0;
+            if gone || guard.as_ref().is_some_and(|g| g.handle_one().is_err()) {
+                // No process is left that the filter applies to.
+                guard = None;
+            }
+        }
+        if fds[0].revents & libc::POLLIN == 0 {
+            continue;
+        }
+        // SAFETY: signalfd_siginfo is plain data; read fills it.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reading into a buffer of `size` bytes.
+        let r = unsafe { libc::read(sfd, (&mut info as *mut libc::signalfd_siginfo).cast(), size) };
+        if r != size as isize {
+            continue;
+        }
+        let sig = info.ssi_signo as libc::c_int;
         if sig == libc::SIGCHLD {
             if let Some(code) = reap(target) {
                 kill_everything_else();
@@ -190,7 +255,7 @@ pub fn supervise(target: libc::pid_t) -> i32 {
         }
         // Signals from the terminal (SI_KERNEL) already reached the target through its process
         // group; only pass on what a process sent (the supervisor forwarding a kill).
-        if info.si_code <= 0 {
+        if info.ssi_code <= 0 {
             // SAFETY: kill with a pid we started.
             unsafe { libc::kill(target, sig) };
         }

@@ -1,7 +1,8 @@
-//! What runs inside the sandbox. The launcher re-executes itself as `sandbox-launch __shim FD`;
-//! that fresh, single-threaded process is PID 1 of the sandbox and builds every layer.
+//! What runs inside the sandbox: the child of the launcher's clone runs `run::main`, is PID 1
+//! of the sandbox and builds every layer.
 
 pub mod channel;
+pub mod create_guard;
 pub mod identity;
 pub mod init;
 pub mod landlock;

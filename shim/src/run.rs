@@ -7,7 +7,7 @@ use seccompiler::BpfProgram;
 
 use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError};
 use crate::spec::{NetworkSpec, SandboxSpec};
-use crate::{identity, init, landlock, mounts, network, seccomp, sys, verify};
+use crate::{create_guard, identity, init, landlock, mounts, network, seccomp, sys, verify};
 
 /// Entry point of the shim, in the child of the supervisor's clone: `spec` and the compiled
 /// seccomp `filter` are this process's copies of the supervisor's. Never returns.
@@ -61,11 +61,48 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         .map(|(_, v)| v.as_str());
     let program = spec.argv.first().map(String::as_str).unwrap_or("");
     let path = init::find_program(program, path_var)?;
-    let pid = init::spawn(&path, &spec.argv, &spec.env)?;
+    let (pid, guard) = if spec.guard_create.is_empty() {
+        (init::spawn(&path, &spec.argv, &spec.env, None)?, None)
+    } else {
+        start_guarded(&path, &spec)?
+    };
     send(sync, &FromShim::Started { pid })?;
     // SAFETY: closing our end of the sync socket; nothing uses it afterwards.
     unsafe { libc::close(sync) };
-    Ok(init::supervise(pid))
+    Ok(init::supervise(pid, guard))
+}
+
+/// Start the target under the create guard and take its listener.
+fn start_guarded(
+    path: &std::path::Path,
+    spec: &SandboxSpec,
+) -> Result<(libc::pid_t, Option<create_guard::Handler>), StepError> {
+    let prog = create_guard::filter();
+    let (mine, theirs) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .at(Step::Seccomp)?;
+    let pid = init::spawn(
+        path,
+        &spec.argv,
+        &spec.env,
+        Some(init::GuardSetup {
+            prog: &prog,
+            sock: theirs.as_raw_fd(),
+        }),
+    )?;
+    drop(theirs);
+    let listener = create_guard::receive_listener(mine.as_raw_fd()).at(Step::Seccomp)?;
+    Ok((
+        pid,
+        Some(create_guard::Handler::new(
+            listener,
+            spec.guard_create.clone(),
+        )),
+    ))
 }
 
 fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {

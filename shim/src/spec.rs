@@ -27,6 +27,9 @@ pub struct SandboxSpec {
     pub verify_unreadable: Vec<PathBuf>,
     /// Paths that must not be writable (verified before exec): a probe creates a file below each.
     pub verify_unwritable_dirs: Vec<PathBuf>,
+    /// Protected paths that do not exist: nothing may be created there (see `create_guard`).
+    #[serde(default)]
+    pub guard_create: Vec<PathBuf>,
 }
 
 /// The filesystem layout. Paths are absolute and as seen inside; `source` paths are host paths.

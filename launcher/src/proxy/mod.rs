@@ -209,8 +209,8 @@ pub(crate) mod testing {
         events: EventSink,
     ) -> (SocketAddr, SocketAddr) {
         let policy = NetworkPolicy {
-            mode: None,
             denied_domains: vec![],
+            mode: None,
             allowed_domains: domains
                 .iter()
                 .map(|d| Sourced::new(d.to_string(), Source::CommandLine))

@@ -164,8 +164,8 @@ mod tests {
 
     fn decider(domains: &[&str]) -> Decider {
         Decider::from_policy(&NetworkPolicy {
-            mode: None,
             denied_domains: vec![],
+            mode: None,
             allowed_domains: domains
                 .iter()
                 .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
