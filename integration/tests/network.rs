@@ -59,7 +59,7 @@ impl HostServer {
 }
 
 /// An HTTPS server (python3's ssl module) on the host's 127.0.0.1 with a certificate for
-/// `allowed.test` signed by itself; the certificate is written to `cert` for curl's --cacert.
+/// `allowed.test` signed by a test CA written to `ca.pem` in `work` (for curl's --cacert).
 struct HttpsServer {
     child: Child,
     port: u16,
@@ -69,25 +69,68 @@ impl HttpsServer {
     fn start(work: &TempDir) -> Self {
         let cert = work.join("cert.pem");
         let key = work.join("key.pem");
-        let status = Command::new("openssl")
-            .args([
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&work.path)
+                .output()
+                .expect("openssl is needed for the HTTPS tests (scripts/install-deps.sh)");
+            assert!(out.status.success(), "openssl {args:?}: {}", explain(&out));
+        };
+        // A test CA (ca.pem, what clients trust) and a leaf for allowed.test signed by it.
+        std::fs::write(
+            work.join("leaf.ext"),
+            "subjectAltName=DNS:allowed.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(
+            &[
                 "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ]
+            .iter()
+            .chain(&[
+                "-subj",
+                "/CN=sandbox-launch test CA",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
             ])
-            .args([
+            .copied()
+            .collect::<Vec<_>>(),
+        );
+        openssl(
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
                 "-subj",
                 "/CN=allowed.test",
-                "-addext",
-                "subjectAltName=DNS:allowed.test",
+            ]
+            .iter()
+            .chain(&["-keyout", "key.pem", "-out", "leaf.csr"])
+            .copied()
+            .collect::<Vec<_>>(),
+        );
+        openssl(
+            &[
+                "x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            ]
+            .iter()
+            .chain(&[
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-extfile",
+                "leaf.ext",
+                "-out",
+                "cert.pem",
             ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl is needed for the HTTPS test (scripts/install-deps.sh)");
-        assert!(status.success(), "openssl req failed");
+            .copied()
+            .collect::<Vec<_>>(),
+        );
+        work.give_to_sandbox_user(&work.join("ca.pem"));
         work.give_to_sandbox_user(&cert);
         let script = r#"
 import http.server, ssl, sys
@@ -196,7 +239,7 @@ fn https_through_connect_verifies_the_real_server_certificate() {
         let events_file = work.join("events.jsonl");
         let events_arg = events_file.to_str().unwrap().to_string();
         let script = format!(
-            "curl -sS --max-time 10 --cacert cert.pem https://allowed.test:{}/secure",
+            "curl -sS --max-time 10 --cacert ca.pem https://allowed.test:{}/secure",
             server.port
         );
         let out = sh(caller, &work.path, &allow_opts(&events_arg), &script);
@@ -478,8 +521,8 @@ curl -sS --max-time 10 -o /dev/null -w 'tunnel=%{{http_code}}\\n' -p http://allo
     );
     assert!(text.contains("deep=403"), "{}", explain(&out));
     assert!(text.contains("post=403"), "{}", explain(&out));
-    // Inside a CONNECT tunnel the requests cannot be checked: refused, not let through.
-    assert!(text.contains("tunnel=000"), "{}", explain(&out));
+    // Plain HTTP inside a CONNECT tunnel is opened and checked the same way.
+    assert!(text.contains("tunnel=200"), "{}", explain(&out));
     assert!(!server.saw("/api/a/b"));
 
     let audit = openshell_policy(
@@ -613,6 +656,78 @@ python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://allowed
             text.contains("cloned-through-the-proxy via urllib"),
             "{caller:?}: {}",
             explain(&out)
+        );
+    }
+}
+
+#[test]
+fn https_requests_to_a_rest_endpoint_are_inspected_with_the_sandbox_ca() {
+    for caller in CALLERS {
+        let work = TempDir::new("net-inspect");
+        let server = HttpsServer::start(&work);
+        let extra = "        protocol: rest
+        rules:
+          - allow: {method: GET, path: /api/*}
+";
+        let policy = openshell_policy(&work, server.port, extra, "      - path: /usr/bin/*\n");
+        let events_file = work.join("events.jsonl");
+        let p = server.port;
+        // No --cacert: the sandbox's own trust store now includes its CA.
+        let script = format!(
+            "curl -sS --max-time 10 https://allowed.test:{p}/api/ok; echo
+curl -sS --max-time 10 https://allowed.test:{p}/api/a/b; echo deep=$?
+curl -sS --max-time 10 -o /dev/null -w 'post=%{{http_code}}\\n' -d x https://allowed.test:{p}/api/ok
+curl -sS --max-time 10 -o /dev/null -w 'host=%{{http_code}}\\n' -H 'Host: denied.test' https://allowed.test:{p}/api/ok
+echo \"ssl=$SSL_CERT_FILE node=$NODE_EXTRA_CA_CERTS\""
+        );
+        let out = integration::command(
+            caller,
+            &work.path,
+            &[
+                "whole-process",
+                "--policy",
+                &policy,
+                "--resolve",
+                "allowed.test:127.0.0.1",
+                "--events",
+                events_file.to_str().unwrap(),
+                "--",
+                "/bin/sh",
+                "-c",
+                &script,
+            ],
+        )
+        // The supervisor verifies the upstream server against this (the test's own CA).
+        .env("SSL_CERT_FILE", work.join("ca.pem"))
+        .output()
+        .unwrap();
+        let text = stdout(&out);
+        assert!(
+            text.contains("hello-over-tls path=/api/ok"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("network policy blocked allowed.test")
+                && text.contains("does not allow GET /api/a/b"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("post=403"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("host=403"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains(
+                "ssl=/etc/ssl/certs/ca-certificates.crt node=/etc/ssl/certs/ca-certificates.crt"
+            ),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let ev = events(&events_file);
+        assert!(
+            ev.iter().any(|e| e["protocol"] == "https"
+                && e["decision"] == "deny"
+                && e["path"] == "/api/a/b"),
+            "{caller:?}: {ev:?}"
         );
     }
 }

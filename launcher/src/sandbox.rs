@@ -148,6 +148,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
     // Not said anywhere: restricted, with only what the policy allows (nothing, by default).
     let network = policy.network.mode.unwrap_or(NetworkMode::Restricted);
     let mut restricted_proxy = None;
+    let mut trust_bundle = None;
     // Landlock's TCP rules are a second layer under the network namespace.
     let (net_spec, tcp_connect) = match network {
         NetworkMode::None => (NetworkSpec::None, Some(args.allow_loopback_port.clone())),
@@ -167,6 +168,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
             .map_err(policy_error)?;
             proxy::launch::set_env(&mut env);
             restricted_proxy = Some(r.proxy);
+            trust_bundle = r.trust_bundle;
             let ports = r.listen_ports;
             let connect = ports.iter().chain(&args.allow_loopback_port).copied();
             (
@@ -189,7 +191,11 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         home: std::env::var_os("HOME").map(PathBuf::from),
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
     };
-    let layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
+    let mut layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
+    if let Some(bundle) = trust_bundle {
+        proxy::launch::trust_env(&mut env);
+        warnings.extend(proxy::launch::bind_trust_bundle(&mut layout.mounts, bundle));
+    }
     warnings.extend(layout.warnings.iter().cloned());
     for p in &layout.unprotected_missing {
         if args.verbose > 0 {

@@ -107,6 +107,18 @@ pub enum Channel {
     Tunnel,
     /// Plain HTTP requests the proxy sees one by one.
     PlainHttp,
+    /// A CONNECT tunnel the proxy can open (TLS inspection): requests are seen one by one,
+    /// except for rules that say `tls: skip`.
+    Inspectable,
+}
+
+/// Whether `rule` wants each request checked on this channel.
+fn checks_requests(rule: &Rule, channel: Channel) -> bool {
+    match channel {
+        Channel::Tunnel => false,
+        Channel::PlainHttp => rule.rest.is_some(),
+        Channel::Inspectable => rule.rest.is_some() && !rule.tls_skip,
+    }
 }
 
 /// All rules of the effective policy.
@@ -185,6 +197,13 @@ impl Decider {
         Ok(Decider { rules, denies })
     }
 
+    /// Whether some rule checks requests over HTTPS (and so needs TLS inspection).
+    pub fn needs_inspection(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| checks_requests(r, Channel::Inspectable))
+    }
+
     /// Whether any rule depends on which program connects (identifying it costs a /proc walk).
     pub fn needs_binary(&self) -> bool {
         self.rules.iter().any(|r| r.binaries.is_some())
@@ -251,7 +270,7 @@ impl Decider {
             decision.hint = None;
             decision.explicit = allowing.iter().any(|(_, r)| r.pattern.is_explicit());
             // L7 applies only if every allowing rule restricts requests.
-            if channel == Channel::PlainHttp && allowing.iter().all(|(_, r)| r.rest.is_some()) {
+            if allowing.iter().all(|(_, r)| checks_requests(r, channel)) {
                 decision.rest_rules = allowing.iter().map(|(i, _)| *i).collect();
             }
             return decision;
@@ -818,6 +837,27 @@ mod tests {
                 .verdict,
             Verdict::Deny
         );
+    }
+
+    #[test]
+    fn inspectable_tunnels_check_requests_unless_tls_skip() {
+        let mut ep = endpoint("api.test", &[443]);
+        ep.protocol = Some("rest".into());
+        ep.access = Some("read-only".into());
+        let d = openshell(vec![ep.clone()], &[]);
+        assert!(d.needs_inspection());
+        let conn = d.decide(&host("api.test"), 443, None, Channel::Inspectable);
+        assert_eq!(conn.verdict, Verdict::Allow);
+        assert!(!conn.rest_rules.is_empty());
+        assert_eq!(
+            d.check_request(&conn, "DELETE", "/x", None).verdict,
+            Verdict::Deny
+        );
+        ep.tls = Some("skip".into());
+        let d = openshell(vec![ep], &[]);
+        assert!(!d.needs_inspection());
+        let conn = d.decide(&host("api.test"), 443, None, Channel::Inspectable);
+        assert!(conn.verdict == Verdict::Allow && conn.rest_rules.is_empty());
     }
 
     #[test]

@@ -66,7 +66,11 @@ async fn handle(
 }
 
 /// `CONNECT host:port`: decide, dial, answer 200, then copy bytes both ways.
-async fn connect(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>) -> Response<Body> {
+async fn connect(
+    proxy: &Arc<Proxy>,
+    binary: Option<Program>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let Some(authority) = req.uri().authority().cloned() else {
         return bad_request("CONNECT needs a host:port target");
     };
@@ -77,17 +81,48 @@ async fn connect(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>)
         Ok(h) => h,
         Err(e) => return bad_request(&format!("{e:#}")),
     };
-    let decision = proxy
-        .decider
-        .decide(&host, port, binary.as_ref(), Channel::Tunnel);
-    let upstream = match dial(proxy, decision, binary.as_ref(), "connect", None).await {
+    let channel = match proxy.inspector {
+        Some(_) => Channel::Inspectable,
+        None => Channel::Tunnel,
+    };
+    let decision = proxy.decider.decide(&host, port, binary.as_ref(), channel);
+    let upstream = match dial(proxy, decision.clone(), binary.as_ref(), "connect", None).await {
         Ok(s) => s,
         Err(resp) => return resp,
     };
+    let proxy = proxy.clone();
     tokio::spawn(async move {
         let Ok(upgraded) = hyper::upgrade::on(req).await else {
             return;
         };
+        if let (Some(inspector), false) = (&proxy.inspector, decision.rest_rules.is_empty()) {
+            // Each request must be checked: open the tunnel (the client waits for our 200
+            // before it speaks, so nothing is buffered yet).
+            if let Ok(parts) = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
+                if parts.read_buf.is_empty() {
+                    let client = parts.io.into_inner();
+                    let inspector = inspector.clone();
+                    let r = super::inspect::intercept(
+                        proxy.clone(),
+                        inspector,
+                        client,
+                        upstream,
+                        decision,
+                        binary,
+                    )
+                    .await;
+                    if let Err(e) = r {
+                        proxy.events.emit(serde_json::json!({
+                            "event": "network_error",
+                            "host": host.to_string(),
+                            "port": port,
+                            "error": format!("{e:#}"),
+                        }));
+                    }
+                }
+            }
+            return;
+        }
         // Back to the plain client socket (plus whatever the client sent early), so the
         // tunnel can splice socket to socket.
         match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {

@@ -4,21 +4,93 @@
 //! listening sockets.
 
 use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
 use super::decide::Decider;
 use super::events::EventSink;
 use super::identify::SocketOwners;
+use super::inspect::Inspector;
 use super::resolve::{parse_override, Resolver};
 use super::{proxy_env, Protocol, Proxy, LISTENERS};
 use crate::policy::model::{NetworkPolicy, Source, Sourced};
+use shim::spec::{MountOp, MountPlan};
 
 /// The proxy of one sandbox, ready to serve.
 pub struct Restricted {
     pub proxy: Proxy,
     /// Ports the shim listens on inside, in the order it hands the sockets over.
     pub listen_ports: Vec<u16>,
+    /// With TLS inspection: the host's CA bundle plus the sandbox's CA, written on the host, to
+    /// be bound over the system bundle inside.
+    pub trust_bundle: Option<PathBuf>,
+}
+
+/// Where programs inside find their trusted CAs (Debian's path; bound over with the bundle).
+pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+const HOST_BUNDLES: [&str; 3] = [
+    SYSTEM_BUNDLE,
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// The variables that make common runtimes trust the bundle.
+pub fn trust_env(env: &mut Vec<(String, String)>) {
+    let vars = [
+        "SSL_CERT_FILE",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+    ];
+    env.retain(|(k, _)| !vars.contains(&k.as_str()));
+    env.extend(
+        vars.iter()
+            .map(|v| (v.to_string(), SYSTEM_BUNDLE.to_string())),
+    );
+}
+
+/// Bind the bundle over the system bundle inside, when that path exists inside; otherwise say
+/// why HTTPS to inspected hosts will not be trusted.
+pub fn bind_trust_bundle(plan: &mut MountPlan, bundle: PathBuf) -> Option<String> {
+    let target = Path::new(SYSTEM_BUNDLE);
+    let visible = plan.host_root
+        || plan.ops.iter().any(|op| match op {
+            MountOp::ReadOnly { target: t, .. } | MountOp::ReadWrite { target: t, .. } => {
+                target.starts_with(t)
+            }
+            _ => false,
+        });
+    if !visible || !target.exists() {
+        return Some(format!(
+            "TLS inspection: {SYSTEM_BUNDLE} is not in the sandbox, so programs will not trust the sandbox CA; add /etc/ssl to the readable paths"
+        ));
+    }
+    plan.ops.push(MountOp::ReadOnly {
+        source: bundle,
+        target: target.to_path_buf(),
+    });
+    None
+}
+
+/// The host's bundle followed by the sandbox CA, in a directory of its own (public data only:
+/// the CA's key never leaves the supervisor's memory).
+fn write_trust_bundle(ca_pem: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let host = HOST_BUNDLES
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("sandbox-launch-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    let path = dir.join("ca-certificates.crt");
+    std::fs::write(&path, format!("{host}\n{ca_pem}"))
+        .with_context(|| format!("write {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    Ok(path)
 }
 
 /// Compile the policy's rules, the `--resolve` pins and the events sink.
@@ -37,9 +109,18 @@ pub fn prepare(
         Some(target) => EventSink::open(target)?,
         None => EventSink::none(),
     };
+    let inspect = decider.needs_inspection();
+    let mut proxy = Proxy::new(decider, Resolver::system(overrides), events);
+    let mut trust_bundle = None;
+    if inspect {
+        let inspector = Inspector::new(&[]).context("TLS inspection")?;
+        trust_bundle = Some(write_trust_bundle(&inspector.ca_pem())?);
+        proxy.inspector = Some(Arc::new(inspector));
+    }
     Ok(Restricted {
-        proxy: Proxy::new(decider, Resolver::system(overrides), events),
+        proxy,
         listen_ports: LISTENERS.iter().map(|(_, port)| *port).collect(),
+        trust_bundle,
     })
 }
 

@@ -9,6 +9,7 @@ pub mod decide;
 pub mod events;
 pub mod http;
 pub mod identify;
+pub mod inspect;
 pub mod launch;
 pub mod matcher;
 pub mod resolve;
@@ -34,6 +35,8 @@ pub struct Proxy {
     pub resolver: Resolver,
     pub events: EventSink,
     pub identify: Option<Box<Identify>>,
+    /// TLS inspection for `protocol: rest` endpoints reached through CONNECT.
+    pub inspector: Option<Arc<inspect::Inspector>>,
 }
 
 impl Proxy {
@@ -43,6 +46,7 @@ impl Proxy {
             resolver,
             events,
             identify: None,
+            inspector: None,
         }
     }
 
