@@ -286,6 +286,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         }),
     });
     report_created(&watch, &mut status);
+    proxy::launch::remove_trust_bundle();
     code
 }
 

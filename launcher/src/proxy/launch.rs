@@ -75,6 +75,16 @@ pub fn bind_trust_bundle(plan: &mut MountPlan, bundle: PathBuf) -> Option<String
     None
 }
 
+/// The directory of this launch's trust bundle, removed when the sandbox has ended.
+static BUNDLE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Remove the trust bundle written for this launch, if any.
+pub fn remove_trust_bundle() {
+    if let Some(dir) = BUNDLE_DIR.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// The host's bundle followed by the sandbox CA, in a directory of its own (public data only:
 /// the CA's key never leaves the supervisor's memory).
 fn write_trust_bundle(ca_pem: &str) -> Result<PathBuf> {
@@ -86,6 +96,7 @@ fn write_trust_bundle(ca_pem: &str) -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("sandbox-launch-ca-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    let _ = BUNDLE_DIR.set(dir.clone());
     let path = dir.join("ca-certificates.crt");
     std::fs::write(&path, format!("{host}\n{ca_pem}"))
         .with_context(|| format!("write {}", path.display()))?;
