@@ -731,3 +731,25 @@ echo \"ssl=$SSL_CERT_FILE node=$NODE_EXTRA_CA_CERTS\""
         );
     }
 }
+
+#[test]
+fn nothing_inside_can_resolve_names_itself() {
+    // Names are resolved by the supervisor for allowed hosts only; inside there is no route to
+    // any resolver, so a DNS query (an exfiltration channel) cannot leave.
+    let work = TempDir::new("net-dns");
+    let out = sh(
+        integration::Caller::Invoker,
+        &work.path,
+        &["--allow-domain", "example.com"],
+        r#"python3 -c '
+import socket
+try:
+    socket.getaddrinfo("example.com", 443); print("RESOLVED")
+except OSError as e:
+    print("dns: refused", e.errno)
+'"#,
+    );
+    let text = stdout(&out);
+    assert!(text.contains("dns: refused"), "{}", explain(&out));
+    assert!(!text.contains("RESOLVED"));
+}
