@@ -554,6 +554,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn hundreds_of_tunnels_are_open_at_once_on_one_thread() {
+        crate::proxy::tunnel::raise_fd_limit();
+        let up = testing::upstream().await;
+        let (http, _) = testing::proxy(
+            &["allowed.test"],
+            &[("allowed.test", "127.0.0.1")],
+            EventSink::none(),
+        )
+        .await;
+        let target = format!("allowed.test:{}", up.port());
+        let mut tunnels = Vec::new();
+        for _ in 0..250 {
+            let (t, head) = connect_raw(http, &target, &target).await;
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            tunnels.push(t);
+        }
+        let mut tasks = Vec::new();
+        for (i, mut t) in tunnels.into_iter().enumerate() {
+            tasks.push(tokio::spawn(async move {
+                t.write_all(
+                    format!("GET /t{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await
+                .unwrap();
+                let mut out = String::new();
+                t.read_to_string(&mut out).await.unwrap();
+                assert!(out.contains(&format!("path=/t{i} ")), "{out}");
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
     async fn loopback_name_denied_unless_named_and_ip_literal_needs_a_rule() {
         let up = testing::upstream().await;
         let (http, _) = testing::proxy(
