@@ -7,6 +7,8 @@ need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have tmux    || need+=(tmux)       # the interactive (pty) tests
 have curl    || need+=(curl)       # the network tests
+have wget    || need+=(wget)       # the per-binary network rule test (a second HTTP client)
+have openssl || need+=(openssl)    # the HTTPS tests make their own CA
 have git     || need+=(git)        # the `git commit` workload test
 have python3 || need+=(python3)    # test workloads (sockets, ptys, ioctls)
 have setpriv || need+=(util-linux) # tests run as an unprivileged user too
