@@ -31,6 +31,24 @@ def sandbox(script):
     return p.stdout
 
 
+SRT = os.environ.get("SRT", f"{B}/srt/node_modules/.bin/srt")
+
+
+def srt(script):
+    """Run `script` under srt with localhost allowed through its proxy (it lists localhost in
+    NO_PROXY, so curl is told to use the proxy explicitly)."""
+    cfg = f"{B}/srt-net.json"
+    with open(cfg, "w") as f:
+        json.dump({"network": {"allowedDomains": ["localhost"], "deniedDomains": []},
+                   "filesystem": {"denyRead": [], "allowWrite": [WORK], "denyWrite": []}}, f)
+    env = dict(os.environ, PATH=f"{B}/srt/node_modules/.bin:" + os.environ["PATH"], HOME=f"{B}/home")
+    p = subprocess.run([SRT, "-s", cfg, "sh", "-c", script], cwd=WORK, capture_output=True, text=True,
+                       timeout=900, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"srt failed: {p.stderr.strip()[-200:]}")
+    return p.stdout
+
+
 def host(script):
     return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True).stdout
 
@@ -41,6 +59,68 @@ def med(vals):
 
 def row(what, tool, v, unit, ratio="", note=""):
     print(json.dumps(["proxy", what, tool, v[0], v[1], v[2], unit, ratio, note]))
+
+
+TUNNELS_CLIENT = r"""
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+socks = []
+for i in range(N):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT bulk.test:PORT HTTP/1.1\r\nHost: bulk.test:PORT\r\n\r\n")
+    if b" 200" not in s.recv(100):
+        sys.exit("tunnel refused")
+    socks.append(s)
+print("open", flush=True)
+time.sleep(3)
+"""
+
+
+def tunnels_row():
+    """Supervisor memory idle and with N CONNECT tunnels held open (to an echo server)."""
+    n = 1000
+    echo = subprocess.Popen([sys.executable, "-c", (
+        "import socket,threading\n"
+        "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        f"s.bind(('127.0.0.1',{SMALL_PORT + 1})); s.listen(4096)\n"
+        "conns=[]\n"
+        "while True:\n c,_=s.accept(); conns.append(c)\n")])
+    time.sleep(0.3)
+    client = TUNNELS_CLIENT.replace("N)", f"{n})").replace("PORT", str(SMALL_PORT + 1))
+    with open(f"{WORK}/tunnels.py", "w") as f:
+        f.write(client)
+    p = subprocess.Popen([SL, "whole-process", "--network", "restricted", "--resolve", "bulk.test:127.0.0.1",
+                          "--allow-domain", "bulk.test", "--", "python3", "tunnels.py"],
+                         cwd=WORK, stdout=subprocess.PIPE, text=True)
+    idle_p = subprocess.Popen([SL, "whole-process", "--network", "restricted", "--", "sleep", "2"], cwd=WORK)
+    time.sleep(1)
+    idle = rss_mib(idle_p.pid)
+    idle_p.wait()
+    try:
+        line = p.stdout.readline()
+        busy = rss_mib(p.pid) if "open" in line else None
+        p.wait(timeout=60)
+    finally:
+        echo.kill()
+    what = "supervisor memory (MiB RSS)"
+    if idle is not None:
+        row(what, "sandbox-launch, proxy up, idle", (idle, idle, idle), "MiB")
+    if busy is not None:
+        row(what, f"sandbox-launch, {n} CONNECT tunnels open", (busy, busy, busy), "MiB",
+            note=f"+{(busy - idle) * 1024 / n:.1f} KiB per tunnel" if idle else "")
+    else:
+        row(what, f"sandbox-launch, {n} CONNECT tunnels", (None, None, None), "MiB", note="tunnels failed to open")
+
+
+def rss_mib(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def main():
@@ -59,11 +139,29 @@ def main():
         plain = [float(x) / 2**20 for x in sandbox(
             f"for i in $(seq {REPS}); do {speed} http://bulk.test:{BULK_PORT}/; done").split()]
         d = med(direct)
-        row("bulk throughput (MiB/s, higher is better)", "direct loopback", d, "MiB/s")
+        what = "bulk throughput (MiB/s, higher is better)"
+        row(what, "direct loopback", d, "MiB/s")
+        srt_rows = {}
+        if os.access(SRT, os.X_OK):
+            via = "--noproxy '' -x \"$HTTP_PROXY\""
+            try:
+                for name, flags in [("CONNECT tunnel", f"-p {via}"), ("SOCKS5", "--noproxy '' -x \"$ALL_PROXY\""),
+                                    ("plain HTTP", via)]:
+                    srt_rows[name] = med([float(x) / 2**20 for x in srt(
+                        f"for i in $(seq {REPS}); do {speed} {flags} http://localhost:{BULK_PORT}/; done").split()])
+            except Exception as e:  # noqa: BLE001 - reported as a note
+                srt_rows = {"error": str(e)[:80]}
         for name, vals in [("CONNECT tunnel", tunnel), ("SOCKS5", socks), ("plain HTTP", plain)]:
             v = med(vals)
-            row("bulk throughput (MiB/s, higher is better)", f"sandbox-launch {name}", v, "MiB/s",
-                note=f"{v[0] / d[0]:.2f}× direct (target ≥ 0.90×)")
+            note = f"{v[0] / d[0]:.2f}× direct (target ≥ 0.90×)"
+            ratio = ""
+            if name in srt_rows:
+                s_ = srt_rows[name]
+                row(what, f"srt {name}", s_, "MiB/s", note=f"{s_[0] / d[0]:.2f}× direct")
+                ratio = f"{v[0] / s_[0]:.2f}× srt"
+            row(what, f"sandbox-launch {name}", v, "MiB/s", ratio=ratio, note=note)
+        if "error" in srt_rows:
+            row(what, "srt", (None, None, None), "MiB/s", note=f"not measured: {srt_rows['error']}")
         # Added latency of a new connection: connect + first byte, direct vs through the proxy.
         ttfb = "curl -s -o /dev/null -H 'Connection: close' -w '%{time_starttransfer}\\n'"
         direct = [float(x) * 1e3 for x in host(
@@ -71,9 +169,34 @@ def main():
         proxied = [float(x) * 1e3 for x in sandbox(
             f"for i in $(seq {LAT_N}); do {ttfb} -p http://bulk.test:{SMALL_PORT}/; done").split()]
         dm, pm = med(direct), med(proxied)
-        row("new connection, connect+first byte (ms)", "direct loopback", dm, "ms")
-        row("new connection, connect+first byte (ms)", "sandbox-launch CONNECT", pm, "ms",
+        what = "new connection, connect+first byte (ms)"
+        row(what, "direct loopback", dm, "ms")
+        ratio = ""
+        if os.access(SRT, os.X_OK):
+            try:
+                sm = med([float(x) * 1e3 for x in srt(
+                    f"for i in $(seq {LAT_N}); do {ttfb} -p --noproxy '' -x \"$HTTP_PROXY\" http://localhost:{SMALL_PORT}/; done").split()])
+                row(what, "srt CONNECT", sm, "ms", note=f"+{sm[0] - dm[0]:.3f} ms added")
+                ratio = f"{(pm[0] - dm[0]) / max(sm[0] - dm[0], 1e-9):.2f}× srt's added"
+            except Exception as e:  # noqa: BLE001
+                row(what, "srt CONNECT", (None, None, None), "ms", note=f"not measured: {str(e)[:80]}")
+        row(what, "sandbox-launch CONNECT", pm, "ms", ratio=ratio,
             note=f"+{pm[0] - dm[0]:.3f} ms added (target < 1 ms)")
+        # Small plain-HTTP requests per second over one kept-alive client connection.
+        rps_py = (f"import http.client,time\n"
+                  f"c=http.client.HTTPConnection('{{h}}',{{p}})\n"
+                  f"n={LAT_N * 10}\nt=time.perf_counter()\n"
+                  f"for i in range(n):\n c.request('GET','{{u}}'); r=c.getresponse(); r.read()\n"
+                  f"print(n/(time.perf_counter()-t))\n")
+        d_rps = [float(host("python3 -c \"" + rps_py.format(h="127.0.0.1", p=SMALL_PORT, u="/") + "\""))
+                 for _ in range(REPS)]
+        p_rps = [float(x) for x in sandbox("for i in $(seq %d); do python3 -c \"%s\"; done" % (
+            REPS, rps_py.format(h="127.0.0.1", p=3128, u=f"http://bulk.test:{SMALL_PORT}/"))).split()]
+        what = "small plain-HTTP requests per second (higher is better)"
+        row(what, "direct loopback", med(d_rps), "req/s")
+        row(what, "sandbox-launch plain HTTP", med(p_rps), "req/s",
+            note=f"{med(p_rps)[0] / med(d_rps)[0]:.2f}× direct")
+        tunnels_row()
     finally:
         for s in servers:
             s.kill()
