@@ -133,7 +133,10 @@ def launch_rows():
             if why:
                 res[tool] = f"fails here: {why[:80]}"
                 continue
-            res[tool] = hyperfine(prefix + ["/bin/true"], unpriv)
+            try:
+                res[tool] = hyperfine(prefix + ["/bin/true"], unpriv)
+            except subprocess.CalledProcessError:
+                res[tool] = "fails here: some of the runs exited non-zero"
         add_group("launch", f"/bin/true, as {who}", "ms", res, baseline="unshare")
 
 def syscall_rows():

@@ -17,6 +17,8 @@ have gcc     || need+=(gcc libc6-dev)
 have bwrap   || need+=(bubblewrap) # a peer for the benchmarks
 have hyperfine || need+=(hyperfine)
 have node    || need+=(nodejs)     # the MCP stdio server workload
+have npm     || need+=(npm)        # npm through the proxy
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # pip through the proxy
 
 if ((${#need[@]})); then
     SUDO=""

@@ -753,3 +753,87 @@ except OSError as e:
     assert!(text.contains("dns: refused"), "{}", explain(&out));
     assert!(!text.contains("RESOLVED"));
 }
+
+#[test]
+fn pip_and_npm_fetch_from_an_allowed_registry_through_the_proxy_variables() {
+    // A package index on the host: a PEP 503 simple index with one wheel, and npm registry
+    // metadata for one package. The port is only known once the server runs, so the npm
+    // document is written afterwards (the server reads files on each request).
+    let host_dir = TempDir::new("net-registry");
+    host_dir.mkdir("simple/probe-pkg");
+    host_dir.mkdir("files");
+    host_dir.write(
+        "simple/probe-pkg/index.html",
+        "<html><body><a href=\"../../files/probe_pkg-1.0-py3-none-any.whl\">probe_pkg-1.0-py3-none-any.whl</a></body></html>\n",
+    );
+    let wheel = host_dir.join("files/probe_pkg-1.0-py3-none-any.whl");
+    let made = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile\n\
+             z = zipfile.ZipFile(sys.argv[1], 'w')\n\
+             z.writestr('probe_pkg/__init__.py', 'VALUE = 1\\n')\n\
+             z.writestr('probe_pkg-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: probe-pkg\\nVersion: 1.0\\n')\n\
+             z.writestr('probe_pkg-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+             z.writestr('probe_pkg-1.0.dist-info/RECORD', '')\n\
+             z.close()\n",
+        ])
+        .arg(&wheel)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", explain(&made));
+    let server = StaticServer::start(&host_dir.path);
+    let p = server.port;
+    host_dir.write(
+        "probe-pkg",
+        &format!(
+            r#"{{"name":"probe-pkg","dist-tags":{{"latest":"1.0.0"}},"versions":{{"1.0.0":{{"name":"probe-pkg","version":"1.0.0","dist":{{"tarball":"http://allowed.test:{p}/probe-pkg-1.0.0.tgz"}}}}}}}}"#
+        ),
+    );
+    for caller in CALLERS {
+        let work = TempDir::new("net-registry-client");
+        let script = format!(
+            "/usr/bin/python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q \
+               --index-url http://allowed.test:{p}/simple/ --trusted-host allowed.test -d dl probe-pkg \
+               && ls dl
+             npm view probe-pkg version --registry http://allowed.test:{p}/ --cache ./npm-cache 2>&1 | tail -1
+             npm view probe-pkg version --registry http://denied.test:{p}/ --cache ./npm-cache --fetch-retries 0 >/dev/null 2>&1 || echo npm-denied-refused"
+        );
+        let events_file = work.join("events.jsonl");
+        let out = sh(
+            caller,
+            &work.path,
+            &allow_opts(events_file.to_str().unwrap()),
+            &script,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("probe_pkg-1.0-py3-none-any.whl"),
+            "{caller:?}: pip: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("\n1.0.0\n") || text.contains("1.0.0"),
+            "{caller:?}: npm: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("npm-denied-refused"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // The events show the decisions.
+        let ev = events(&events_file);
+        assert!(
+            ev.iter()
+                .any(|e| e["decision"] == "deny" && e["host"] == "denied.test"),
+            "{caller:?}: {ev:?}"
+        );
+        assert!(
+            ev.iter()
+                .any(|e| e["decision"] == "allow" && e["host"] == "allowed.test"),
+            "{caller:?}: {ev:?}"
+        );
+    }
+    drop(server);
+}
