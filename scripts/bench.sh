@@ -16,7 +16,6 @@ SUDO=""; [[ $(id -u) == 0 ]] || SUDO=sudo
 missing=()
 command -v socat >/dev/null || missing+=(socat)
 command -v rg >/dev/null || missing+=(ripgrep)
-command -v wrk >/dev/null || missing+=(wrk)
 if ((${#missing[@]})); then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
