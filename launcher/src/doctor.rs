@@ -61,6 +61,7 @@ pub fn probe() -> Report {
     checks.push(proc_mount());
     checks.push(landlock());
     checks.extend(seccomp());
+    checks.push(egress());
     checks.push(overlayfs());
     checks.push(cgroup2());
     let ok = checks.iter().all(|c| c.status != Status::Fail);
@@ -286,7 +287,8 @@ fn seccomp() -> Vec<Check> {
     let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
     match &actions {
         Some(a) => {
-            let need = ["errno", "kill_process"];
+            // user_notif: the create guard (protected paths that do not exist yet).
+            let need = ["errno", "kill_process", "user_notif"];
             let missing: Vec<_> = need
                 .iter()
                 .filter(|n| !a.split_whitespace().any(|x| x == **n))
@@ -303,7 +305,7 @@ fn seccomp() -> Vec<Check> {
                     "seccomp",
                     Status::Fail,
                     format!("actions {missing:?} missing (available: {a})"),
-                    Some("a kernel >= 4.14 with CONFIG_SECCOMP_FILTER=y"),
+                    Some("a kernel >= 5.14 with CONFIG_SECCOMP_FILTER=y (user notification with ADDFD)"),
                 ));
             }
         }
@@ -323,6 +325,17 @@ fn seccomp() -> Vec<Check> {
         ));
     }
     out
+}
+
+/// How `--network restricted` keeps programs on the proxy.
+fn egress() -> Check {
+    check(
+        "egress",
+        Status::Warn,
+        "proxy variables only: a program that ignores HTTP(S)_PROXY/ALL_PROXY has no route out \
+         (it is blocked, not filtered); transparent redirection is not implemented",
+        Some("point such programs at the proxy (127.0.0.1:3128 HTTP, 127.0.0.1:1080 SOCKS5)"),
+    )
 }
 
 fn overlayfs() -> Check {
