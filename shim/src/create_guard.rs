@@ -703,10 +703,19 @@ fn open_dir_path(path: &Path) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The root directory (init's root is the target's): opened once, duplicated after.
+fn root_dir() -> Result<OwnedFd, Errno> {
+    static ROOT: std::sync::OnceLock<Result<OwnedFd, Errno>> = std::sync::OnceLock::new();
+    match ROOT.get_or_init(|| open_dir_path(Path::new("/"))) {
+        Ok(fd) => fd.try_clone().map_err(|_| Errno::EMFILE),
+        Err(e) => Err(*e),
+    }
+}
+
 /// The directory a path is relative to, as the target sees it.
 fn base_dir(pid: libc::pid_t, dirfd: i32, path: &[u8]) -> Result<OwnedFd, Errno> {
     if path.first() == Some(&b'/') {
-        open_dir_path(Path::new("/"))
+        root_dir()
     } else if dirfd == AT_FDCWD {
         open_dir_path(Path::new(&format!("/proc/{pid}/cwd")))
     } else {
@@ -782,7 +791,7 @@ fn follow_final_symlinks(mut place: Place) -> Result<Place, Errno> {
         }
         buf.truncate(n as usize);
         let base = if buf.first() == Some(&b'/') {
-            open_dir_path(Path::new("/"))?
+            root_dir()?
         } else {
             place.dir
         };

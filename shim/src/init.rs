@@ -207,36 +207,13 @@ pub fn supervise(target: libc::pid_t, guard: Option<crate::create_guard::Handler
     let set = wait_set();
     // SAFETY: a valid, initialised signal set; the signals are blocked in this thread.
     let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
-    let mut guard = guard;
+    // The create guard answers on a thread of its own, blocked in the notification ioctl: a
+    // notification then wakes it directly (no poll round), and signals never wait behind it.
+    // Safe to start a thread here: init forks nothing after the target has started.
+    if let Some(g) = guard {
+        std::thread::spawn(move || while g.handle_one().is_ok() {});
+    }
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: sfd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: guard.as_ref().map_or(-1, |g| g.fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: a valid array of pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if n < 0 {
-            continue; // EINTR
-        }
-        if fds[1].revents != 0 {
-            let gone = fds[1].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
-                && fds[1].revents & libc::POLLIN == 0;
-            if gone || guard.as_ref().is_some_and(|g| g.handle_one().is_err()) {
-                // No process is left that the filter applies to.
-                guard = None;
-            }
-        }
-        if fds[0].revents & libc::POLLIN == 0 {
-            continue;
-        }
         // SAFETY: signalfd_siginfo is plain data; read fills it.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
