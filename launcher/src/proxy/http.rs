@@ -43,7 +43,11 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
         let proxy = proxy.clone();
         tokio::spawn(async move {
             let binary = proxy.binary_of(peer, stream.local_addr().ok());
-            let svc = service_fn(move |req| handle(proxy.clone(), binary.clone(), req));
+            // One upstream connection kept per client connection, for the authority it was
+            // dialled (and checked) for; every request is still decided on its own.
+            let upstream: Upstream = Arc::new(tokio::sync::Mutex::new(None));
+            let svc =
+                service_fn(move |req| handle(proxy.clone(), binary.clone(), upstream.clone(), req));
             let _ = http1::Builder::new()
                 .preserve_header_case(true)
                 .serve_connection(TokioIo::new(stream), svc)
@@ -53,15 +57,20 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
     }
 }
 
+/// A kept-alive upstream connection: the authority it serves and its sender.
+type Upstream =
+    Arc<tokio::sync::Mutex<Option<(String, hyper::client::conn::http1::SendRequest<Incoming>)>>>;
+
 async fn handle(
     proxy: Arc<Proxy>,
     binary: Option<Program>,
+    upstream: Upstream,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     Ok(if req.method() == Method::CONNECT {
         connect(&proxy, binary, req).await
     } else {
-        forward(&proxy, binary, req).await
+        forward(&proxy, binary, &upstream, req).await
     })
 }
 
@@ -145,7 +154,12 @@ async fn connect(
 }
 
 /// Absolute-URI plain HTTP: decide this request, dial the checked host, relay.
-async fn forward(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>) -> Response<Body> {
+async fn forward(
+    proxy: &Proxy,
+    binary: Option<Program>,
+    kept: &Upstream,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let uri = req.uri().clone();
     match uri.scheme_str() {
         Some("http") => {}
@@ -174,17 +188,48 @@ async fn forward(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>)
     let decision = proxy
         .decider
         .check_request(&connection, &method, &path, uri.query());
-    let upstream = match dial(
-        proxy,
-        decision,
-        binary.as_ref(),
-        "http",
-        Some((&method, &path)),
-    )
-    .await
-    {
-        Ok(s) => s,
-        Err(resp) => return resp,
+    // Reuse the connection kept for this very authority when the request is allowed.
+    let key = authority.as_str().to_ascii_lowercase();
+    let mut reused = None;
+    if decision.verdict.lets_through() {
+        let mut slot = kept.lock().await;
+        if let Some((k, mut sender)) = slot.take() {
+            if k == key && sender.ready().await.is_ok() {
+                reused = Some(sender);
+            }
+        }
+    }
+    let mut sender = match reused {
+        Some(sender) => {
+            proxy
+                .events
+                .decision("http", &decision, binary.as_ref(), Some((&method, &path)));
+            sender
+        }
+        None => {
+            let upstream = match dial(
+                proxy,
+                decision,
+                binary.as_ref(),
+                "http",
+                Some((&method, &path)),
+            )
+            .await
+            {
+                Ok(s) => s,
+                Err(resp) => return resp,
+            };
+            let (sender, conn) = match hyper::client::conn::http1::Builder::new()
+                .preserve_header_case(true)
+                .handshake(TokioIo::new(upstream))
+                .await
+            {
+                Ok(x) => x,
+                Err(e) => return bad_gateway(&format!("{host}:{port}: {e}")),
+            };
+            tokio::spawn(conn);
+            sender
+        }
     };
     let (mut parts, body) = req.into_parts();
     parts.uri = origin_form(&uri);
@@ -197,17 +242,17 @@ async fn forward(proxy: &Proxy, binary: Option<Program>, req: Request<Incoming>)
         }
         Err(_) => return bad_request("the URI's authority is not a valid Host header"),
     }
-    let (mut sender, conn) = match hyper::client::conn::http1::Builder::new()
-        .preserve_header_case(true)
-        .handshake(TokioIo::new(upstream))
-        .await
-    {
-        Ok(x) => x,
-        Err(e) => return bad_gateway(&format!("{host}:{port}: {e}")),
-    };
-    tokio::spawn(conn);
     match sender.send_request(Request::from_parts(parts, body)).await {
         Ok(resp) => {
+            let keep = resp.status() != StatusCode::SWITCHING_PROTOCOLS
+                && !resp
+                    .headers()
+                    .get(hyper::header::CONNECTION)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+            if keep {
+                *kept.lock().await = Some((key, sender));
+            }
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.boxed())
@@ -478,6 +523,56 @@ mod tests {
         let bad = format!("http://denied.test:{}/", up.port());
         assert_eq!(get(&mut c, &bad, None).await.0, StatusCode::FORBIDDEN);
         assert_eq!(get(&mut c, &ok, None).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn kept_alive_requests_reuse_the_upstream_connection_of_the_same_host_only() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let svc = service_fn(|_req: Request<Incoming>| async {
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("ok"))))
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        let (http, _) = testing::proxy(
+            &["a.test", "b.test"],
+            &[
+                ("a.test", "127.0.0.1"),
+                ("b.test", "127.0.0.1"),
+                ("denied.test", "127.0.0.1"),
+            ],
+            EventSink::none(),
+        )
+        .await;
+        let mut c = client(http).await;
+        let a = format!("http://a.test:{port}/");
+        for _ in 0..5 {
+            assert_eq!(get(&mut c, &a, None).await.0, StatusCode::OK);
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "five requests, one upstream connection"
+        );
+        // A denied host in between is refused and does not disturb the kept connection's host.
+        let denied = format!("http://denied.test:{port}/");
+        assert_eq!(get(&mut c, &denied, None).await.0, StatusCode::FORBIDDEN);
+        // Another host gets a connection of its own: never the one dialled for a.test.
+        let b = format!("http://b.test:{port}/");
+        assert_eq!(get(&mut c, &b, None).await.0, StatusCode::OK);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
