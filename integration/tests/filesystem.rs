@@ -371,6 +371,14 @@ except OSError: print("tmpfile-refused")
 '
 cd d && echo x > ../.sandbox-launch 2>/dev/null || echo relative-refused
 cd .. && echo ok > normal.txt && mkdir -p src/new && echo ok > src/new/file && mv normal.txt moved.txt && echo twins-ok
+exec 3>three.txt; echo via-dev-fd > /dev/fd/3; cat three.txt
+python3 -c '
+import os
+for p in ["/proc/1/fd/0", "/dev/./fd/1"]:
+    try: os.open(p, os.O_CREAT | os.O_WRONLY); print("STOLE", p)
+    except OSError: print("init-fds-refused")
+'
+mkfifo ff && (cat ff > fifo-out.txt &) && echo through-fifo > ff && sleep 0.3 && cat fifo-out.txt
 "#,
         );
         let text = stdout(&out);
@@ -389,6 +397,8 @@ cd .. && echo ok > normal.txt && mkdir -p src/new && echo ok > src/new/file && m
             "tmpfile-refused",
             "relative-refused",
             "twins-ok",
+            "via-dev-fd",
+            "through-fifo",
         ] {
             assert!(text.contains(want), "{caller:?}: {want}: {}", explain(&out));
         }

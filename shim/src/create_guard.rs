@@ -201,6 +201,8 @@ pub struct Handler {
     /// when the process execs or its pid is reused: then its memory reads fail, and both are
     /// read afresh.
     procs: std::cell::RefCell<std::collections::HashMap<libc::pid_t, Proc>>,
+    /// The id of the notification being served (for answers sent from another thread).
+    current: std::cell::Cell<u64>,
 }
 
 struct Proc {
@@ -276,6 +278,7 @@ impl Handler {
             listener,
             guards,
             procs: Default::default(),
+            current: Default::default(),
         }
     }
 
@@ -298,10 +301,12 @@ impl Handler {
         if r < 0 {
             return Err(Errno::last());
         }
+        self.current.set(req.id);
         let outcome = self.serve(&req);
         match outcome {
             Ok(Answer::Value(v)) => self.respond(req.id, v, 0),
             Ok(Answer::Continue) => self.respond_continue(req.id),
+            Ok(Answer::Deferred) => Ok(()),
             Ok(Answer::Fd(fd, cloexec)) => self.add_fd(req.id, fd, cloexec),
             Err(e) => self.respond(req.id, 0, -(e as i32)),
         }
@@ -412,6 +417,66 @@ impl Handler {
         }
     }
 
+    fn is_fifo(&self, place: &Place) -> bool {
+        // SAFETY: stat is plain data; fstatat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid descriptor, a NUL-terminated name and a pointer to a stat.
+        let r = unsafe { libc::fstatat(place.dir.as_raw_fd(), place.name.as_ptr(), &mut st, 0) };
+        r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+    }
+
+    /// Open on a thread of its own and answer the notification from there.
+    fn defer_open(
+        &self,
+        place: Place,
+        flags: i32,
+        mode: u32,
+        cloexec: bool,
+    ) -> Result<Answer, Errno> {
+        let id = self.current.get();
+        let listener = self.listener.try_clone().map_err(|_| Errno::EMFILE)?;
+        std::thread::spawn(move || {
+            // SAFETY: valid descriptor and NUL-terminated name.
+            let fd =
+                unsafe { libc::openat(place.dir.as_raw_fd(), place.name.as_ptr(), flags, mode) };
+            if fd < 0 {
+                let resp = libc::seccomp_notif_resp {
+                    id,
+                    val: 0,
+                    error: -(Errno::last() as i32),
+                    flags: 0,
+                };
+                // SAFETY: ioctl with a pointer to a correctly sized struct.
+                unsafe {
+                    libc::ioctl(
+                        listener.as_raw_fd(),
+                        libc::SECCOMP_IOCTL_NOTIF_SEND as _,
+                        &resp,
+                    )
+                };
+                return;
+            }
+            // SAFETY: a descriptor we just opened.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let add = libc::seccomp_notif_addfd {
+                id,
+                flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+                srcfd: fd.as_raw_fd() as u32,
+                newfd: 0,
+                newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+            };
+            // SAFETY: ioctl with a pointer to a correctly sized struct.
+            unsafe {
+                libc::ioctl(
+                    listener.as_raw_fd(),
+                    libc::SECCOMP_IOCTL_NOTIF_ADDFD as _,
+                    &add,
+                )
+            };
+        });
+        Ok(Answer::Deferred)
+    }
+
     fn check(&self, place: &Place, what: Creates) -> Result<(), Errno> {
         if allowed(&self.guards, &place.full, what) {
             Ok(())
@@ -429,20 +494,26 @@ impl Handler {
                 mode,
             } => {
                 let mut place = resolve(pid, dirfd, &path)?;
+                // In /proc nothing can be created, and `fd/N` entries are magic links that only
+                // the kernel can follow: open them as they are.
                 if flags & libc::O_EXCL == 0 && flags & libc::O_NOFOLLOW == 0 {
-                    place = follow_final_symlinks(place)?;
+                    place = follow_final_symlinks(pid, place)?;
                 }
-                self.check(&place, Creates::NonDirectory)?;
-                // O_NOFOLLOW: the place was resolved above; do not let a symlink swapped in
-                // since then redirect it.
+                let mut open_flags = flags | libc::O_CLOEXEC;
+                if !on_procfs(&place.dir) {
+                    self.check(&place, Creates::NonDirectory)?;
+                    // O_NOFOLLOW: the place was resolved above; do not let a symlink swapped in
+                    // since then redirect it.
+                    open_flags |= libc::O_NOFOLLOW;
+                }
+                if self.is_fifo(&place) {
+                    // Opening a FIFO waits for its other end: do it off the guard's thread, so
+                    // other creations (perhaps that other end) are not held up.
+                    return self.defer_open(place, open_flags, mode, flags & libc::O_CLOEXEC != 0);
+                }
                 // SAFETY: valid descriptor and NUL-terminated name.
                 let fd = unsafe {
-                    libc::openat(
-                        place.dir.as_raw_fd(),
-                        place.name.as_ptr(),
-                        flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                        mode,
-                    )
+                    libc::openat(place.dir.as_raw_fd(), place.name.as_ptr(), open_flags, mode)
                 };
                 if fd < 0 {
                     return Err(Errno::last());
@@ -550,6 +621,8 @@ impl Handler {
 
 enum Answer {
     Value(i64),
+    /// Answered later, from another thread.
+    Deferred,
     /// Let the kernel run the syscall as it is.
     Continue,
     Fd(OwnedFd, bool),
@@ -725,12 +798,62 @@ fn base_dir(pid: libc::pid_t, dirfd: i32, path: &[u8]) -> Result<OwnedFd, Errno>
 
 /// Resolve everything but the last component (symlinks followed, as the kernel would).
 fn resolve(pid: libc::pid_t, dirfd: i32, path: &CString) -> Result<Place, Errno> {
-    let bytes = path.as_bytes();
-    if bytes.is_empty() {
+    if path.as_bytes().is_empty() {
         return Err(Errno::ENOENT);
     }
-    let base = base_dir(pid, dirfd, bytes)?;
-    resolve_in(&base, bytes)
+    // Names that mean "the calling process" must mean the target, not init.
+    let bytes = as_target(pid, path.as_bytes());
+    let base = base_dir(pid, dirfd, &bytes)?;
+    let place = resolve_in(&base, &bytes)?;
+    refuse_init_itself(&place)?;
+    Ok(place)
+}
+
+/// `/dev/stdin|stdout|stderr`, `/dev/fd/N`, `/proc/self/…` and `/proc/thread-self/…` name the
+/// caller's own descriptors: rewritten to the target's pid before init resolves them.
+fn as_target(pid: libc::pid_t, path: &[u8]) -> Vec<u8> {
+    let fd_dir = format!("/proc/{pid}/fd");
+    for (name, fd) in [
+        (b"/dev/stdin" as &[u8], 0),
+        (b"/dev/stdout", 1),
+        (b"/dev/stderr", 2),
+    ] {
+        if path == name {
+            return format!("{fd_dir}/{fd}").into_bytes();
+        }
+    }
+    for (prefix, with) in [
+        (b"/dev/fd/" as &[u8], format!("{fd_dir}/")),
+        (b"/proc/self/", format!("/proc/{pid}/")),
+        (b"/proc/thread-self/", format!("/proc/{pid}/task/{pid}/")),
+    ] {
+        if let Some(rest) = path.strip_prefix(prefix) {
+            let mut out = with.into_bytes();
+            out.extend_from_slice(rest);
+            return out;
+        }
+    }
+    path.to_vec()
+}
+
+/// A path that went through init's own `/proc` entry (e.g. `/proc/self` reached some other
+/// way, or `/proc/1` itself) would hand the target init's descriptors — the guard's listener
+/// among them. The target could not open those itself (init is not dumpable): refused.
+fn refuse_init_itself(place: &Place) -> Result<(), Errno> {
+    let me = format!("/proc/{}", std::process::id());
+    let full = place.full.as_os_str().as_bytes();
+    if full == me.as_bytes() || full.starts_with(format!("{me}/").as_bytes()) {
+        return Err(Errno::EACCES);
+    }
+    Ok(())
+}
+
+/// Whether a directory is on procfs, where nothing can be created and entries are magic links.
+fn on_procfs(dir: &OwnedFd) -> bool {
+    // SAFETY: statfs is plain data; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a pointer to a statfs.
+    unsafe { libc::fstatfs(dir.as_raw_fd(), &mut st) == 0 && st.f_type == libc::PROC_SUPER_MAGIC }
 }
 
 fn resolve_in(base: &OwnedFd, bytes: &[u8]) -> Result<Place, Errno> {
@@ -773,8 +896,12 @@ fn resolve_in(base: &OwnedFd, bytes: &[u8]) -> Result<Place, Errno> {
 
 /// `open(O_CREAT)` without O_EXCL/O_NOFOLLOW follows a final symlink and creates its target:
 /// follow it here, so the guard judges the place that would really be created.
-fn follow_final_symlinks(mut place: Place) -> Result<Place, Errno> {
+fn follow_final_symlinks(pid: libc::pid_t, mut place: Place) -> Result<Place, Errno> {
     for _ in 0..40 {
+        if on_procfs(&place.dir) {
+            // A magic link (`/proc/PID/fd/N`): only the kernel can follow it.
+            return Ok(place);
+        }
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
         // SAFETY: valid descriptor, NUL-terminated name, buffer of the given length.
         let n = unsafe {
@@ -790,12 +917,14 @@ fn follow_final_symlinks(mut place: Place) -> Result<Place, Errno> {
             return Ok(place);
         }
         buf.truncate(n as usize);
+        let buf = as_target(pid, &buf);
         let base = if buf.first() == Some(&b'/') {
             root_dir()?
         } else {
             place.dir
         };
         place = resolve_in(&base, &buf)?;
+        refuse_init_itself(&place)?;
     }
     Err(Errno::ELOOP)
 }
