@@ -967,6 +967,32 @@ mod tests {
     }
 
     #[test]
+    fn names_of_the_caller_itself_mean_the_target() {
+        let t = |p: &str| String::from_utf8(as_target(42, p.as_bytes())).unwrap();
+        assert_eq!(t("/dev/stdout"), "/proc/42/fd/1");
+        assert_eq!(t("/dev/stderr"), "/proc/42/fd/2");
+        assert_eq!(t("/dev/fd/7"), "/proc/42/fd/7");
+        assert_eq!(t("/proc/self/fd/3"), "/proc/42/fd/3");
+        assert_eq!(t("/proc/thread-self/fd/3"), "/proc/42/task/42/fd/3");
+        assert_eq!(t("/dev/stdoutx"), "/dev/stdoutx");
+        assert_eq!(t("relative/dev/fd/1"), "relative/dev/fd/1");
+    }
+
+    #[test]
+    fn init_s_own_proc_entry_is_refused() {
+        let me = std::process::id();
+        let place = |full: String| Place {
+            dir: root_dir().unwrap(),
+            name: CString::new("x").unwrap(),
+            full: PathBuf::from(full),
+        };
+        assert!(refuse_init_itself(&place(format!("/proc/{me}/fd/5"))).is_err());
+        assert!(refuse_init_itself(&place(format!("/proc/{me}"))).is_err());
+        assert!(refuse_init_itself(&place(format!("/proc/{me}0/fd/5"))).is_ok());
+        assert!(refuse_init_itself(&place("/work/file".into())).is_ok());
+    }
+
+    #[test]
     fn the_filter_has_consistent_jumps() {
         let p = filter();
         for (i, ins) in p.iter().enumerate() {
