@@ -234,3 +234,17 @@ fn doctor_reports_a_kernel_without_landlock() {
     assert_eq!(ll["status"], "fail");
     assert!(ll["fix"].as_str().unwrap().contains("best_effort"));
 }
+
+#[test]
+fn a_failing_create_guard_is_refused() {
+    // Only the install of the user-notification filter (flags = NEW_LISTENER) fails; the main
+    // seccomp policy (flags = 0) still goes in.
+    for caller in CALLERS {
+        let work = TempDir::new("noguard");
+        let flag = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER.to_string();
+        let fault = format!("seccomp:{flag}=EINVAL");
+        let out = launch_under(caller, &work.path, &["--errno-if-arg1", &fault], &[]);
+        assert_refused(caller, &work, &out, 117, &["seccomp"]);
+        assert!(stderr(&out).contains("create guard"), "{}", explain(&out));
+    }
+}

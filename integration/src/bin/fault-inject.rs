@@ -15,6 +15,8 @@
 //! * `--deny-clone-flags MASK=ERRNO`: clone and unshare whose flags contain any bit of MASK fail
 //!   with ERRNO. clone3 passes its flags in memory, out of seccomp's reach, so it then answers
 //!   ENOSYS (libc falls back to clone) unless `--errno clone3=…` says otherwise.
+//! * `--errno-if-arg1 SYSCALL:ARG1=ERRNO`: the same for the second argument (e.g. the flags of
+//!   `seccomp`, to fail only the install of a user-notification filter).
 //! * `--errno-if-arg0 SYSCALL:ARG0=ERRNO`: calls of SYSCALL whose first argument equals ARG0 fail
 //!   (e.g. `prctl:38=EPERM` for PR_SET_NO_NEW_PRIVS). ARG0 below 2^32 is compared as 32 bits, as
 //!   the kernel reads `int` arguments; larger values as 64 bits.
@@ -41,7 +43,7 @@ const EXIT_NOT_FOUND: i32 = 127;
 
 const USAGE: &str =
     "usage: fault-inject [--errno SYSCALL=ERRNO]... [--deny-clone-flags MASK=ERRNO]... \
-[--errno-if-arg0 SYSCALL:ARG0=ERRNO]... -- PROGRAM ARGS...";
+[--errno-if-arg0 SYSCALL:ARG0=ERRNO]... [--errno-if-arg1 SYSCALL:ARG1=ERRNO]... -- PROGRAM ARGS...";
 
 /// The syscalls the fail-closed tests need, by name. Others can be given by number.
 const SYSCALLS: &[(&str, libc::c_long)] = &[
@@ -121,6 +123,8 @@ enum Match {
     Always,
     /// Calls whose first argument equals this value.
     Arg0Eq(u64),
+    /// Calls whose second argument equals this value.
+    Arg1Eq(u64),
     /// Calls whose first argument has any bit of this mask set.
     Arg0AnyBit(u64),
 }
@@ -246,6 +250,16 @@ fn parse(args: &[OsString]) -> Result<Invocation> {
                     errno: errno_number(errno)?,
                 });
             }
+            "--errno-if-arg1" => {
+                let v = value(arg)?;
+                let (lhs, errno) = split_once(&v, '=', arg)?;
+                let (name, arg1) = split_once(lhs, ':', arg)?;
+                injections.push(Injection {
+                    syscall: syscall_number(name)?,
+                    when: Match::Arg1Eq(number(arg1).with_context(|| format!("{arg} {v}"))?),
+                    errno: errno_number(errno)?,
+                });
+            }
             "--deny-clone-flags" => {
                 let v = value(arg)?;
                 let (mask, errno) = split_once(&v, '=', arg)?;
@@ -329,7 +343,8 @@ fn build_filters(injections: &[Injection]) -> Result<Vec<BpfProgram>> {
             .or_default();
         match &inj.when {
             Match::Always => always.entry(inj.errno).or_default().push(inj.syscall),
-            Match::Arg0Eq(v) => rules.push(SeccompRule::new(vec![arg0_eq(*v)?])?),
+            Match::Arg0Eq(v) => rules.push(SeccompRule::new(vec![arg_eq(0, *v)?])?),
+            Match::Arg1Eq(v) => rules.push(SeccompRule::new(vec![arg_eq(1, *v)?])?),
             Match::Arg0AnyBit(mask) => {
                 for bit in (0..64).map(|i| 1u64 << i).filter(|b| mask & b != 0) {
                     rules.push(SeccompRule::new(vec![arg0_has_bit(bit)?])?);
@@ -357,13 +372,13 @@ fn build_filters(injections: &[Injection]) -> Result<Vec<BpfProgram>> {
         .collect()
 }
 
-fn arg0_eq(value: u64) -> Result<SeccompCondition> {
+fn arg_eq(index: u8, value: u64) -> Result<SeccompCondition> {
     let len = if value <= u64::from(u32::MAX) {
         SeccompCmpArgLen::Dword
     } else {
         SeccompCmpArgLen::Qword
     };
-    Ok(SeccompCondition::new(0, len, SeccompCmpOp::Eq, value)?)
+    Ok(SeccompCondition::new(index, len, SeccompCmpOp::Eq, value)?)
 }
 
 fn arg0_has_bit(bit: u64) -> Result<SeccompCondition> {
