@@ -266,36 +266,42 @@ fn host_sockets_in_run_are_hidden_unless_handed_in() {
     let sock_path = dir.join("agent.sock");
     let listener = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
     dir.give_to_sandbox_user(&sock_path);
-    let serve = std::thread::spawn(move || {
-        if let Ok((mut s, _)) = listener.accept() {
-            use std::io::Write;
-            let _ = s.write_all(b"hello-from-host\n");
-        }
-    });
-    let work = TempDir::new("sockwork");
-    let caller = Caller::Invoker;
-    let probe = format!(
-        "test -e {} && echo VISIBLE || echo hidden",
-        sock_path.display()
-    );
-    let out = sh(caller, &work.path, &[], &probe);
-    assert!(stdout(&out).contains("hidden"), "{}", explain(&out));
-    let talk = format!(
-        "python3 -c 'import socket;s=socket.socket(socket.AF_UNIX);s.connect(\"{}\");print(s.recv(100).decode())'",
-        sock_path.display()
-    );
-    let out = sh(
-        caller,
-        &work.path,
-        &["--allow-unix-socket", sock_path.to_str().unwrap()],
-        &talk,
-    );
-    assert!(
-        stdout(&out).contains("hello-from-host"),
-        "{}",
-        explain(&out)
-    );
-    serve.join().unwrap();
+    for caller in CALLERS {
+        let listener = listener.try_clone().unwrap();
+        let serve = std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                use std::io::Write;
+                let _ = s.write_all(b"hello-from-host\n");
+            }
+        });
+        let work = TempDir::new("sockwork");
+        let probe = format!(
+            "test -e {} && echo VISIBLE || echo hidden",
+            sock_path.display()
+        );
+        let out = sh(caller, &work.path, &[], &probe);
+        assert!(
+            stdout(&out).contains("hidden"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let talk = format!(
+            "python3 -c 'import socket;s=socket.socket(socket.AF_UNIX);s.connect(\"{}\");print(s.recv(100).decode())'",
+            sock_path.display()
+        );
+        let out = sh(
+            caller,
+            &work.path,
+            &["--allow-unix-socket", sock_path.to_str().unwrap()],
+            &talk,
+        );
+        assert!(
+            stdout(&out).contains("hello-from-host"),
+            "{}",
+            explain(&out)
+        );
+        serve.join().unwrap();
+    }
 }
 
 #[test]

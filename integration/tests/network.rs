@@ -311,29 +311,31 @@ curl -sS --max-time 10 --socks5-hostname 127.0.0.1:1080 http://denied.test:{p}/s
 #[test]
 fn a_name_matched_only_by_a_wildcard_cannot_reach_loopback() {
     let server = HostServer::start();
-    let work = TempDir::new("net-wild");
-    let script = format!(
-        "curl -sS --max-time 10 http://svc.corp.test:{}/wild",
-        server.port
-    );
-    let out = sh(
-        integration::Caller::Invoker,
-        &work.path,
-        &[
-            "--allow-domain",
-            "*.corp.test",
-            "--resolve",
-            "svc.corp.test:127.0.0.1",
-        ],
-        &script,
-    );
-    let text = stdout(&out);
-    assert!(
-        text.contains("loopback") && text.contains("--allow-domain svc.corp.test"),
-        "{}",
-        explain(&out)
-    );
-    assert!(!server.saw("/wild"));
+    for caller in CALLERS {
+        let work = TempDir::new("net-wild");
+        let script = format!(
+            "curl -sS --max-time 10 http://svc.corp.test:{}/wild",
+            server.port
+        );
+        let out = sh(
+            caller,
+            &work.path,
+            &[
+                "--allow-domain",
+                "*.corp.test",
+                "--resolve",
+                "svc.corp.test:127.0.0.1",
+            ],
+            &script,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("loopback") && text.contains("--allow-domain svc.corp.test"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!server.saw("/wild"));
+    }
 }
 
 #[test]
@@ -369,46 +371,67 @@ except OSError as e:
 #[test]
 fn default_network_is_restricted_with_nothing_allowed() {
     let server = HostServer::start();
-    let work = TempDir::new("net-default");
-    let script = format!(
-        "echo \"proxy=$HTTPS_PROXY all=$ALL_PROXY no=$no_proxy node=$NODE_USE_ENV_PROXY\"
-curl -sS --max-time 10 http://allowed.test:{}/default",
-        server.port
-    );
-    let out = sh(
-        integration::Caller::Invoker,
-        &work.path,
-        &["--resolve", "allowed.test:127.0.0.1"],
-        &script,
-    );
-    let text = stdout(&out);
-    assert!(
-        text.contains(
-            "proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:1080 no=localhost,127.0.0.1,::1 node=1"
-        ),
-        "{}",
-        explain(&out)
-    );
-    assert!(
-        text.contains("no rule allows allowed.test"),
-        "{}",
-        explain(&out)
-    );
-    assert!(!server.saw("/default"));
+    for caller in CALLERS {
+        let work = TempDir::new("net-default");
+        let script = format!(
+            "echo \"proxy=$HTTPS_PROXY all=$ALL_PROXY no=$no_proxy node=$NODE_USE_ENV_PROXY\"
+    curl -sS --max-time 10 http://allowed.test:{}/default",
+            server.port
+        );
+        let out = sh(
+            caller,
+            &work.path,
+            &["--resolve", "allowed.test:127.0.0.1"],
+            &script,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains(
+                "proxy=http://127.0.0.1:3128 all=socks5h://127.0.0.1:1080 no=localhost,127.0.0.1,::1 node=1"
+            ),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("no rule allows allowed.test"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!server.saw("/default"));
+    }
 }
 
 #[test]
 fn network_none_has_no_proxy_and_no_tcp() {
-    let work = TempDir::new("net-none");
-    let out = sh(
-        integration::Caller::Invoker,
-        &work.path,
-        &["--network", "none"],
-        "echo \"proxy=[$HTTPS_PROXY]\"; bash -c 'echo > /dev/tcp/127.0.0.1/3128' 2>/dev/null; echo tcp=$?",
-    );
-    let text = stdout(&out);
-    assert!(text.contains("proxy=[]"), "{}", explain(&out));
-    assert!(text.contains("tcp=1"), "{}", explain(&out));
+    // A server inside the sandbox's own loopback: in `none` Landlock refuses the connect
+    // (EACCES, not a mere ECONNREFUSED), and the allowed twin names the port.
+    let script = r#"echo "proxy=[$HTTPS_PROXY]"
+python3 -c '
+import errno, socket
+s = socket.socket(); s.bind(("127.0.0.1", 47124)); s.listen(1)
+try:
+    socket.create_connection(("127.0.0.1", 47124)); print("tcp=connected")
+except OSError as e:
+    print("tcp=" + errno.errorcode.get(e.errno, str(e.errno)))
+'"#;
+    for caller in CALLERS {
+        let work = TempDir::new("net-none");
+        let out = sh(caller, &work.path, &["--network", "none"], script);
+        let text = stdout(&out);
+        assert!(text.contains("proxy=[]"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("tcp=EACCES"), "{caller:?}: {}", explain(&out));
+        let out = sh(
+            caller,
+            &work.path,
+            &["--network", "none", "--allow-loopback-port", "47124"],
+            script,
+        );
+        assert!(
+            stdout(&out).contains("tcp=connected"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
 }
 
 #[test]
@@ -736,22 +759,28 @@ echo \"ssl=$SSL_CERT_FILE node=$NODE_EXTRA_CA_CERTS\""
 fn nothing_inside_can_resolve_names_itself() {
     // Names are resolved by the supervisor for allowed hosts only; inside there is no route to
     // any resolver, so a DNS query (an exfiltration channel) cannot leave.
-    let work = TempDir::new("net-dns");
-    let out = sh(
-        integration::Caller::Invoker,
-        &work.path,
-        &["--allow-domain", "example.com"],
-        r#"python3 -c '
+    for caller in CALLERS {
+        let work = TempDir::new("net-dns");
+        let out = sh(
+            caller,
+            &work.path,
+            &["--allow-domain", "example.com"],
+            r#"python3 -c '
 import socket
 try:
     socket.getaddrinfo("example.com", 443); print("RESOLVED")
 except OSError as e:
     print("dns: refused", e.errno)
 '"#,
-    );
-    let text = stdout(&out);
-    assert!(text.contains("dns: refused"), "{}", explain(&out));
-    assert!(!text.contains("RESOLVED"));
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("dns: refused"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!text.contains("RESOLVED"));
+    }
 }
 
 #[test]
