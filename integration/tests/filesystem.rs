@@ -1,6 +1,6 @@
 //! The mount namespace and Landlock, tried from inside: every denial next to its allowed twin.
 
-use integration::{explain, sh, stdout, Caller, TempDir, CALLERS};
+use integration::{explain, sh, stdout, TempDir, CALLERS};
 
 #[test]
 fn write_outside_writable_roots_fails_and_inside_succeeds() {
