@@ -1,7 +1,7 @@
 //! `sandbox-launch doctor`: can this host run a sandbox? Each kernel feature is probed for real
 //! (in a forked child, so nothing here changes the caller), and each missing one comes with a fix.
 
-use std::ffi::CString;
+use std::path::Path;
 
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
@@ -202,8 +202,8 @@ fn proc_mount() -> Check {
     let r = in_userns(
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID,
         || {
-            mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE)?;
-            mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0)?;
+            mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+            mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0, None)?;
             // The PID namespace takes effect for children.
             in_child(|| {
                 std::fs::create_dir("/tmp/proc").map_err(|e| e.to_string())?;
@@ -212,6 +212,7 @@ fn proc_mount() -> Check {
                     "/tmp/proc",
                     Some("proc"),
                     libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    None,
                 )
             })
         },
@@ -340,16 +341,17 @@ fn egress() -> Check {
 
 fn overlayfs() -> Check {
     let r = in_userns(libc::CLONE_NEWUSER | libc::CLONE_NEWNS, || {
-        mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE)?;
-        mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0)?;
+        mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+        mount(Some("tmpfs"), "/tmp", Some("tmpfs"), 0, None)?;
         for d in ["/tmp/l", "/tmp/u", "/tmp/w", "/tmp/m"] {
             std::fs::create_dir(d).map_err(|e| e.to_string())?;
         }
-        mount_data(
-            "overlay",
+        mount(
+            Some("overlay"),
             "/tmp/m",
-            "overlay",
-            "lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w",
+            Some("overlay"),
+            0,
+            Some("lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w"),
         )
     });
     match r {
@@ -435,58 +437,16 @@ fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> Resu
     )
 }
 
+/// The launcher's own mount wrapper, with the error as text for the report.
 fn mount(
     src: Option<&str>,
     target: &str,
     fstype: Option<&str>,
     flags: libc::c_ulong,
+    data: Option<&str>,
 ) -> Result<(), String> {
-    let c = |s: &str| CString::new(s).expect("no NUL");
-    let src = src.map(c);
-    let target_c = c(target);
-    let fstype = fstype.map(c);
-    let p = |o: &Option<CString>| o.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
-    // SAFETY: all pointers are NUL-terminated strings alive for the call, or null.
-    let r = unsafe {
-        libc::mount(
-            p(&src),
-            target_c.as_ptr(),
-            p(&fstype),
-            flags,
-            std::ptr::null(),
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "mount {target}: {}",
-            std::io::Error::last_os_error()
-        ))
-    }
-}
-
-fn mount_data(src: &str, target: &str, fstype: &str, data: &str) -> Result<(), String> {
-    let c = |s: &str| CString::new(s).expect("no NUL");
-    let (src, target_c, fstype, data) = (c(src), c(target), c(fstype), c(data));
-    // SAFETY: all pointers are NUL-terminated strings alive for the call.
-    let r = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target_c.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            data.as_ptr().cast(),
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "mount {target}: {}",
-            std::io::Error::last_os_error()
-        ))
-    }
+    shim::sys::mount(src.map(Path::new), Path::new(target), fstype, flags, data)
+        .map_err(|e| e.to_string())
 }
 
 /// Run `f` in a forked child and bring back its result (the error text through a pipe).

@@ -303,64 +303,7 @@ impl Handler {
         }
         self.current.set(req.id);
         let outcome = self.serve(&req);
-        match outcome {
-            Ok(Answer::Value(v)) => self.respond(req.id, v, 0),
-            Ok(Answer::Continue) => self.respond_continue(req.id),
-            Ok(Answer::Deferred) => Ok(()),
-            Ok(Answer::Fd(fd, cloexec)) => self.add_fd(req.id, fd, cloexec),
-            Err(e) => self.respond(req.id, 0, -(e as i32)),
-        }
-    }
-
-    fn respond(&self, id: u64, val: i64, error: i32) -> Result<(), Errno> {
-        let resp = libc::seccomp_notif_resp {
-            id,
-            val,
-            error,
-            flags: 0,
-        };
-        // SAFETY: ioctl with a pointer to a correctly sized struct.
-        let r = unsafe { libc::ioctl(self.fd(), libc::SECCOMP_IOCTL_NOTIF_SEND as _, &resp) };
-        // ENOENT: the target was killed while we worked; nothing to answer.
-        if r < 0 && Errno::last() != Errno::ENOENT {
-            return Err(Errno::last());
-        }
-        Ok(())
-    }
-
-    fn respond_continue(&self, id: u64) -> Result<(), Errno> {
-        let resp = libc::seccomp_notif_resp {
-            id,
-            val: 0,
-            error: 0,
-            flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-        };
-        // SAFETY: ioctl with a pointer to a correctly sized struct.
-        let r = unsafe { libc::ioctl(self.fd(), libc::SECCOMP_IOCTL_NOTIF_SEND as _, &resp) };
-        if r < 0 && Errno::last() != Errno::ENOENT {
-            return Err(Errno::last());
-        }
-        Ok(())
-    }
-
-    fn add_fd(&self, id: u64, fd: OwnedFd, cloexec: bool) -> Result<(), Errno> {
-        let add = libc::seccomp_notif_addfd {
-            id,
-            flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
-            srcfd: fd.as_raw_fd() as u32,
-            newfd: 0,
-            newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
-        };
-        // SAFETY: ioctl with a pointer to a correctly sized struct; `fd` stays open across it.
-        let r = unsafe { libc::ioctl(self.fd(), libc::SECCOMP_IOCTL_NOTIF_ADDFD as _, &add) };
-        if r < 0 {
-            let e = Errno::last();
-            if e == Errno::ENOENT {
-                return Ok(());
-            }
-            return self.respond(id, 0, -(e as i32));
-        }
-        Ok(())
+        answer(self.fd(), req.id, outcome)
     }
 
     fn id_valid(&self, id: u64) -> bool {
@@ -439,40 +382,13 @@ impl Handler {
             // SAFETY: valid descriptor and NUL-terminated name.
             let fd =
                 unsafe { libc::openat(place.dir.as_raw_fd(), place.name.as_ptr(), flags, mode) };
-            if fd < 0 {
-                let resp = libc::seccomp_notif_resp {
-                    id,
-                    val: 0,
-                    error: -(Errno::last() as i32),
-                    flags: 0,
-                };
-                // SAFETY: ioctl with a pointer to a correctly sized struct.
-                unsafe {
-                    libc::ioctl(
-                        listener.as_raw_fd(),
-                        libc::SECCOMP_IOCTL_NOTIF_SEND as _,
-                        &resp,
-                    )
-                };
-                return;
-            }
-            // SAFETY: a descriptor we just opened.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let add = libc::seccomp_notif_addfd {
-                id,
-                flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
-                srcfd: fd.as_raw_fd() as u32,
-                newfd: 0,
-                newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+            let outcome = if fd < 0 {
+                Err(Errno::last())
+            } else {
+                // SAFETY: a descriptor we just opened.
+                Ok(Answer::Fd(unsafe { OwnedFd::from_raw_fd(fd) }, cloexec))
             };
-            // SAFETY: ioctl with a pointer to a correctly sized struct.
-            unsafe {
-                libc::ioctl(
-                    listener.as_raw_fd(),
-                    libc::SECCOMP_IOCTL_NOTIF_ADDFD as _,
-                    &add,
-                )
-            };
+            let _ = answer(listener.as_raw_fd(), id, outcome);
         });
         Ok(Answer::Deferred)
     }
@@ -616,6 +532,46 @@ impl Handler {
                 })
             }
         }
+    }
+}
+
+/// Send the answer to notification `id` on `listener`. ENOENT from the kernel means the
+/// target was killed meanwhile: nothing to answer.
+fn answer(listener: RawFd, id: u64, outcome: Result<Answer, Errno>) -> Result<(), Errno> {
+    let send = |val: i64, error: i32, flags: u32| {
+        let resp = libc::seccomp_notif_resp {
+            id,
+            val,
+            error,
+            flags,
+        };
+        // SAFETY: ioctl with a pointer to a correctly sized struct.
+        let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND as _, &resp) };
+        if r < 0 && Errno::last() != Errno::ENOENT {
+            return Err(Errno::last());
+        }
+        Ok(())
+    };
+    match outcome {
+        Ok(Answer::Value(v)) => send(v, 0, 0),
+        Ok(Answer::Continue) => send(0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
+        Ok(Answer::Deferred) => Ok(()),
+        Ok(Answer::Fd(fd, cloexec)) => {
+            let add = libc::seccomp_notif_addfd {
+                id,
+                flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+                srcfd: fd.as_raw_fd() as u32,
+                newfd: 0,
+                newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+            };
+            // SAFETY: ioctl with a pointer to a correctly sized struct; `fd` stays open across it.
+            let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD as _, &add) };
+            match (r < 0).then(Errno::last) {
+                None | Some(Errno::ENOENT) => Ok(()),
+                Some(e) => send(0, -(e as i32), 0),
+            }
+        }
+        Err(e) => send(0, -(e as i32), 0),
     }
 }
 

@@ -201,7 +201,7 @@ fn abi_guard() -> BpfProgram {
 /// last filter's "allow" stays a real allow. Unconditional jumps and constant returns are what
 /// the kernel's seccomp action cache understands, so a syscall no filter inspects still ends
 /// up in the cache as "always allowed".
-fn chain(filters: impl IntoIterator<Item = BpfProgram>) -> BpfProgram {
+pub fn chain(filters: impl IntoIterator<Item = BpfProgram>) -> BpfProgram {
     let filters: Vec<BpfProgram> = filters.into_iter().collect();
     let last = filters.len().saturating_sub(1);
     let mut out = BpfProgram::new();

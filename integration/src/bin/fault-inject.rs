@@ -169,7 +169,7 @@ fn main() {
         }
     };
     let filter = match build_filters(&invocation.injections) {
-        Ok(f) => chain(f),
+        Ok(f) => shim::seccomp::chain(f),
         Err(e) => {
             eprintln!("fault-inject: {e:#}");
             std::process::exit(EXIT_USAGE);
@@ -327,7 +327,7 @@ fn errno_number(s: &str) -> Result<u32> {
 }
 
 /// One seccompiler filter per errno (a filter has one answer), each allowing what it does not
-/// match, chained into one program by [`chain`].
+/// match, chained into one program by [`shim::seccomp::chain`].
 fn build_filters(injections: &[Injection]) -> Result<Vec<BpfProgram>> {
     let arch = std::env::consts::ARCH
         .try_into()
@@ -393,31 +393,6 @@ fn arg0_has_bit(bit: u64) -> Result<SeccompCondition> {
         SeccompCmpOp::MaskedEq(bit),
         bit,
     )?)
-}
-
-/// Concatenate filters into one program where each filter's "allow" jumps to the next filter.
-/// Installed as a single program, so a filter that makes `seccomp` fail cannot stop the rest
-/// from being installed. Each filter only jumps forward within itself, so replacing its
-/// `ret ALLOW` instructions by a jump past its end keeps every other jump valid.
-fn chain(filters: Vec<BpfProgram>) -> BpfProgram {
-    const BPF_RET_K: u16 = 0x06;
-    const BPF_JMP_JA: u16 = 0x05;
-    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-    let last = filters.len().saturating_sub(1);
-    let mut out = BpfProgram::new();
-    for (i, mut filter) in filters.into_iter().enumerate() {
-        if i != last {
-            let len = filter.len();
-            for (pc, insn) in filter.iter_mut().enumerate() {
-                if insn.code == BPF_RET_K && insn.k == SECCOMP_RET_ALLOW {
-                    insn.code = BPF_JMP_JA;
-                    insn.k = u32::try_from(len - pc - 1).unwrap_or(u32::MAX);
-                }
-            }
-        }
-        out.extend(filter);
-    }
-    out
 }
 
 /// Set no_new_privs and load `program` (nothing to load when it is empty).
@@ -597,7 +572,8 @@ mod tests {
     fn under(opts: &[&str], call: impl Fn() -> libc::c_long) -> i32 {
         let mut all = opts.to_vec();
         all.extend(["--", "true"]);
-        let program = chain(build_filters(&parse(&args(&all)).unwrap().injections).unwrap());
+        let program =
+            shim::seccomp::chain(build_filters(&parse(&args(&all)).unwrap().injections).unwrap());
         // SAFETY: the child only installs the filter, makes raw syscalls and _exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {

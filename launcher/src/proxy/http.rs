@@ -31,30 +31,20 @@ type Body = BoxBody<Bytes, hyper::Error>;
 pub const DENIED_HEADER: &str = "x-sandbox-denied";
 
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                super::accept_backoff(e).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            let binary = proxy.binary_of(peer, stream.local_addr().ok());
-            // One upstream connection kept per client connection, for the authority it was
-            // dialled (and checked) for; every request is still decided on its own.
-            let upstream: Upstream = Arc::new(tokio::sync::Mutex::new(None));
-            let svc =
-                service_fn(move |req| handle(proxy.clone(), binary.clone(), upstream.clone(), req));
-            let _ = http1::Builder::new()
-                .preserve_header_case(true)
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades()
-                .await;
-        });
-    }
+    super::accept_each(listener, proxy, |stream, peer, proxy| async move {
+        let binary = proxy.binary_of(peer, stream.local_addr().ok());
+        // One upstream connection kept per client connection, for the authority it was
+        // dialled (and checked) for; every request is still decided on its own.
+        let upstream: Upstream = Arc::new(tokio::sync::Mutex::new(None));
+        let svc =
+            service_fn(move |req| handle(proxy.clone(), binary.clone(), upstream.clone(), req));
+        let _ = http1::Builder::new()
+            .preserve_header_case(true)
+            .serve_connection(TokioIo::new(stream), svc)
+            .with_upgrades()
+            .await;
+    })
+    .await
 }
 
 /// A kept-alive upstream connection: the authority it serves and its sender.

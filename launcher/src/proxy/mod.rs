@@ -141,6 +141,25 @@ pub fn spawn(
         .context("start the proxy thread")
 }
 
+/// Accept connections forever, each handled by `handle` on a task of its own (TCP_NODELAY set).
+async fn accept_each<F, Fut>(listener: tokio::net::TcpListener, proxy: Arc<Proxy>, handle: F)
+where
+    F: Fn(tokio::net::TcpStream, std::net::SocketAddr, Arc<Proxy>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                accept_backoff(e).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(handle(stream, peer, proxy.clone()));
+    }
+}
+
 /// Accept errors such as EMFILE must not end the accept loop; pause briefly instead.
 async fn accept_backoff(e: std::io::Error) {
     if !matches!(

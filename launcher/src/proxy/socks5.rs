@@ -35,20 +35,10 @@ const ADDRESS_TYPE_NOT_SUPPORTED: u8 = 0x08;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                super::accept_backoff(e).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            let _ = handle(stream, peer, &proxy).await;
-        });
-    }
+    super::accept_each(listener, proxy, |stream, peer, proxy| async move {
+        let _ = handle(stream, peer, &proxy).await;
+    })
+    .await
 }
 
 async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::io::Result<()> {
