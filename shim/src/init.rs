@@ -3,7 +3,7 @@
 //! (128+N when it died of signal N).
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -77,31 +77,34 @@ fn ptrs(v: &[CString]) -> Vec<*const libc::c_char> {
         .collect()
 }
 
-/// The create guard to install in the target before exec: its BPF program and the socket its
-/// listener is sent back on.
+/// The create guard to install in the target before exec: its BPF program and a socket pair.
+/// The child sends the listener on `child_sock` and execs only once init has it.
 pub struct GuardSetup<'a> {
     pub prog: &'a [libc::sock_filter],
-    pub sock: RawFd,
+    pub child_sock: OwnedFd,
+    pub init_sock: OwnedFd,
 }
 
 /// Why the child did not exec: written as two i32s on the status pipe.
 const FAILED_EXEC: i32 = 1;
 const FAILED_GUARD: i32 = 2;
 
-/// Fork and exec the target. Returns its pid once the exec has succeeded; an exec failure is
-/// reported as an error (the target never ran).
+/// Fork and exec the target. Returns its pid once the exec has succeeded, and the create
+/// guard's listener when one was asked for; any failure before the exec is reported as an error
+/// (the target never ran).
 pub fn spawn(
     path: &Path,
     argv: &[String],
     env: &[(String, String)],
     guard: Option<GuardSetup<'_>>,
-) -> Result<libc::pid_t, StepError> {
+) -> Result<(libc::pid_t, Option<OwnedFd>), StepError> {
     let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
     let c_argv = cstrings(argv.iter().cloned());
     let c_env = cstrings(env.iter().map(|(k, v)| format!("{k}={v}")));
     let argv_p = ptrs(&c_argv);
     let env_p = ptrs(&c_env);
 
+    let guard_wanted = guard.is_some();
     let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| StepError::new(Step::Exec, format!("pipe2 => {e}"), None))?;
     // SAFETY: the shim is single-threaded; the child only makes async-signal-safe calls
@@ -115,10 +118,27 @@ pub fn spawn(
         ));
     }
     if pid == 0 {
+        let guard = guard.as_ref().map(|g| (g.prog, g.child_sock.as_raw_fd()));
         // SAFETY: see above; this is the child.
         unsafe { exec_child(&c_path, &argv_p, &env_p, wr.as_raw_fd(), guard) }
     }
     drop(wr);
+    // The guard's listener arrives before the child may exec: without it, the target never runs.
+    let mut listener = None;
+    if let Some(g) = guard {
+        drop(g.child_sock);
+        match crate::create_guard::receive_listener(g.init_sock.as_raw_fd()) {
+            Ok(fd) => {
+                let _ = nix::unistd::write(&g.init_sock, b"g");
+                listener = Some(fd);
+            }
+            // The child failed to install it (its reason is on the status pipe) or died.
+            Err(_) => {
+                // SAFETY: signalling our own child, which has not exec'd.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
     let mut buf = [0u8; 8];
     let n = loop {
         match nix::unistd::read(&rd, &mut buf) {
@@ -132,7 +152,7 @@ pub fn spawn(
         // Reap the child that failed to exec.
         // SAFETY: waitpid on our own child.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        if kind == FAILED_GUARD {
+        if kind == FAILED_GUARD || (kind != FAILED_EXEC && listener.is_none()) {
             return Err(StepError::new(
                 Step::Seccomp,
                 format!("cannot install the create guard (a seccomp user-notification filter): {errno} ({})", errno.desc()),
@@ -150,7 +170,16 @@ pub fn spawn(
             hint: Some(hint.to_string()),
         }));
     }
-    Ok(pid)
+    if n != 8 && guard_wanted && listener.is_none() {
+        // SAFETY: reaping our own child, killed above before its exec.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        return Err(StepError::new(
+            Step::Seccomp,
+            "cannot install the create guard: the target ended before handing over its listener",
+            None,
+        ));
+    }
+    Ok((pid, listener))
 }
 
 /// In the forked child: restore default signal handling and exec. Never returns.
@@ -162,7 +191,7 @@ unsafe fn exec_child(
     argv: &[*const libc::c_char],
     env: &[*const libc::c_char],
     status_fd: RawFd,
-    guard: Option<GuardSetup<'_>>,
+    guard: Option<(&[libc::sock_filter], RawFd)>,
 ) -> ! {
     let fail = |kind: i32, errno: i32| -> ! {
         let mut bytes = [0u8; 8];
@@ -180,11 +209,16 @@ unsafe fn exec_child(
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    if let Some(g) = guard {
-        if let Err(errno) = crate::create_guard::install_in_child(g.prog, g.sock) {
+    if let Some((prog, sock)) = guard {
+        if let Err(errno) = crate::create_guard::install_in_child(prog, sock) {
             fail(FAILED_GUARD, errno);
         }
-        libc::close(g.sock);
+        // Exec only once init holds the listener (EOF: init is gone).
+        let mut ack = [0u8; 1];
+        if libc::read(sock, ack.as_mut_ptr().cast(), 1) != 1 {
+            libc::_exit(127);
+        }
+        libc::close(sock);
     }
     libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
     fail(FAILED_EXEC, *libc::__errno_location());

@@ -62,7 +62,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     let program = spec.argv.first().map(String::as_str).unwrap_or("");
     let path = init::find_program(program, path_var)?;
     let (pid, guard) = if spec.guard_create.is_empty() {
-        (init::spawn(&path, &spec.argv, &spec.env, None)?, None)
+        (init::spawn(&path, &spec.argv, &spec.env, None)?.0, None)
     } else {
         start_guarded(&path, &spec)?
     };
@@ -85,24 +85,18 @@ fn start_guarded(
         nix::sys::socket::SockFlag::SOCK_CLOEXEC,
     )
     .at(Step::Seccomp)?;
-    let pid = init::spawn(
+    let (pid, listener) = init::spawn(
         path,
         &spec.argv,
         &spec.env,
         Some(init::GuardSetup {
             prog: &prog,
-            sock: theirs.as_raw_fd(),
+            child_sock: theirs,
+            init_sock: mine,
         }),
     )?;
-    drop(theirs);
-    let listener = create_guard::receive_listener(mine.as_raw_fd()).at(Step::Seccomp)?;
-    Ok((
-        pid,
-        Some(create_guard::Handler::new(
-            listener,
-            spec.guard_create.clone(),
-        )),
-    ))
+    let handler = listener.map(|l| create_guard::Handler::new(l, spec.guard_create.clone()));
+    Ok((pid, handler))
 }
 
 fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
