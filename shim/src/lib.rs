@@ -3,10 +3,12 @@
 
 pub mod channel;
 pub mod create_guard;
+pub mod egress;
 pub mod identity;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
+pub mod netlink;
 pub mod network;
 pub mod run;
 pub mod seccomp;
