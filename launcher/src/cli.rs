@@ -120,6 +120,12 @@ pub struct SandboxArgs {
     /// the proxy.
     #[arg(long, value_name = "PORT")]
     pub allow_loopback_port: Vec<u16>,
+    /// How programs reach the proxy in `restricted` mode. `transparent` (default): through the
+    /// proxy variables, and programs that ignore them are redirected to the proxy inside the
+    /// sandbox (nftables in the sandbox's own namespace, a DNS stub that answers only allowed
+    /// names). `proxy-only`: the variables only; anything else has no route.
+    #[arg(long, value_enum, default_value = "transparent", value_name = "MODE")]
+    pub egress: EgressArg,
     /// Let the proxy resolve HOST to ADDR without asking DNS (curl's `--resolve`; repeatable).
     #[arg(long, value_name = "HOST:ADDR")]
     pub resolve: Vec<String>,
@@ -139,4 +145,10 @@ pub struct SandboxArgs {
     /// More output on stderr (the verified facts, planned mounts).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EgressArg {
+    Transparent,
+    ProxyOnly,
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 use shim::channel::{Step, StepError};
 use shim::spec::{Compat, LandlockSpec, NetworkSpec, SandboxSpec, SeccompSpec};
 
-use crate::cli::SandboxArgs;
+use crate::cli::{EgressArg, SandboxArgs};
 use crate::layout::{self, HostContext};
 use crate::namespaces::Identity;
 use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
@@ -149,6 +149,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
     let network = policy.network.mode.unwrap_or(NetworkMode::Restricted);
     let mut restricted_proxy = None;
     let mut trust_bundle = None;
+    let mut resolver_conf = false;
     // Landlock's TCP rules are a second layer under the network namespace.
     let (net_spec, tcp_connect) = match network {
         NetworkMode::None => (NetworkSpec::None, Some(args.allow_loopback_port.clone())),
@@ -164,18 +165,20 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
                 &args.allow_domain,
                 &args.resolve,
                 args.events.as_deref(),
+                args.egress == EgressArg::Transparent,
             )
             .map_err(policy_error)?;
             proxy::launch::set_env(&mut env);
+            let tcp_connect = r.landlock_ports(&args.allow_loopback_port);
             restricted_proxy = Some(r.proxy);
             trust_bundle = r.trust_bundle;
-            let ports = r.listen_ports;
-            let connect = ports.iter().chain(&args.allow_loopback_port).copied();
+            resolver_conf = r.transparent.is_some();
             (
                 NetworkSpec::Restricted {
-                    listen_ports: ports.clone(),
+                    listen_ports: r.listen_ports,
+                    transparent: r.transparent,
                 },
-                Some(connect.collect()),
+                tcp_connect,
             )
         }
     };
@@ -192,6 +195,10 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
     };
     let mut layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
+    if resolver_conf {
+        let conf = proxy::launch::resolv_conf().map_err(policy_error)?;
+        proxy::launch::bind_resolv_conf(&mut layout.mounts, conf);
+    }
     if let Some(bundle) = trust_bundle {
         proxy::launch::trust_env(&mut env);
         warnings.extend(proxy::launch::bind_trust_bundle(&mut layout.mounts, bundle));
@@ -282,11 +289,11 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         status: &mut status,
         verbose: args.verbose,
         on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {
-            Box::new(move |fds| proxy::launch::start(p, fds))
+            Box::new(move |fds, transparent| proxy::launch::start(p, fds, transparent))
         }),
     });
     report_created(&watch, &mut status);
-    proxy::launch::remove_trust_bundle();
+    proxy::launch::remove_state_dir();
     code
 }
 

@@ -14,7 +14,8 @@ use crate::namespaces::{self, Identity};
 use crate::status::StatusSink;
 
 /// Called with the proxy listeners the shim created inside (restricted network).
-pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>) -> anyhow::Result<()> + 'a>;
+/// Called with the sockets the shim created inside, and whether transparent egress is up.
+pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>, bool) -> anyhow::Result<()> + 'a>;
 
 pub struct Launch<'a> {
     pub spec: SandboxSpec,
@@ -84,9 +85,9 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
                     .status
                     .emit(json!({"status": "warning", "warning": text}));
             }
-            (FromShim::Listeners, fds) => {
+            (FromShim::Listeners { transparent }, fds) => {
                 if let Some(cb) = launch.on_listeners.take() {
-                    if let Err(e) = cb(fds) {
+                    if let Err(e) = cb(fds, transparent) {
                         namespaces::kill_and_reap(shim_proc.pid);
                         let e = StepError::new(Step::Network, format!("{e:#}"), None);
                         return fail(launch.status, &e);

@@ -19,8 +19,9 @@ const MAX_FDS: usize = 8;
 pub enum FromShim {
     /// A best-effort downgrade or another remark the user must see.
     Warning { text: String },
-    /// The proxy listeners, as SCM_RIGHTS, in the order of `NetworkSpec::Restricted::listen_ports`.
-    Listeners,
+    /// The proxy listeners, as SCM_RIGHTS, in the order of `NetworkSpec::Restricted::listen_ports`;
+    /// with `transparent`, followed by the transparent listener and the DNS stub's socket.
+    Listeners { transparent: bool },
     /// Every layer is in force; the facts checked from inside.
     Verified { facts: serde_json::Value },
     /// The target was executed successfully; its pid as seen inside.

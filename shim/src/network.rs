@@ -1,7 +1,7 @@
 //! The sandbox's network namespace: `lo` up, and (in `restricted` mode) the proxy's listening
 //! sockets created here, on 127.0.0.1 inside, to be handed to the supervisor.
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::channel::{AtStep, Step, StepError};
@@ -51,4 +51,11 @@ pub fn listeners(ports: &[u16]) -> Result<Vec<TcpListener>, StepError> {
                 .at(Step::Network)
         })
         .collect()
+}
+
+/// The DNS stub's socket: UDP on 127.0.0.1:`port` inside.
+pub fn dns_socket(port: u16) -> Result<UdpSocket, StepError> {
+    UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
+        .map_err(|e| format!("DNS stub: bind 127.0.0.1:{port} (udp) inside the sandbox: {e}"))
+        .at(Step::Network)
 }

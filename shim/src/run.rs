@@ -6,8 +6,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use seccompiler::BpfProgram;
 
 use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError};
-use crate::spec::{NetworkSpec, SandboxSpec};
-use crate::{create_guard, identity, init, landlock, mounts, network, seccomp, sys, verify};
+use crate::spec::{NetworkSpec, SandboxSpec, Transparent};
+use crate::{
+    create_guard, egress, identity, init, landlock, mounts, network, seccomp, sys, verify,
+};
 
 /// Entry point of the shim, in the child of the supervisor's clone: `spec` and the compiled
 /// seccomp `filter` are this process's copies of the supervisor's. Never returns.
@@ -38,7 +40,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     let mut warnings = Vec::new();
 
     sys::sethostname(&spec.hostname).at(Step::Namespaces)?;
-    setup_network(sync, &spec)?;
+    let transparent = setup_network(sync, &spec)?;
     mounts::build(&spec.mounts)?;
     sys::chdir(&spec.cwd).at_hint(
         Step::Mounts,
@@ -50,7 +52,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     for text in warnings {
         send(sync, &FromShim::Warning { text })?;
     }
-    let facts = verify::verify(&spec, landlock)?;
+    let facts = verify::verify(&spec, landlock, transparent)?;
     let facts = serde_json::to_value(&facts).at(Step::Internal)?;
     send(sync, &FromShim::Verified { facts })?;
 
@@ -103,18 +105,52 @@ fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
     channel::send(sync, msg, &[]).at(Step::Internal)
 }
 
-fn setup_network(sync: RawFd, spec: &SandboxSpec) -> Result<(), StepError> {
+/// Returns whether transparent egress is in place.
+fn setup_network(sync: RawFd, spec: &SandboxSpec) -> Result<bool, StepError> {
     match &spec.network {
-        NetworkSpec::Full => Ok(()),
-        NetworkSpec::None => network::loopback_up(),
-        NetworkSpec::Restricted { listen_ports } => {
+        NetworkSpec::Full => Ok(false),
+        NetworkSpec::None => network::loopback_up().map(|()| false),
+        NetworkSpec::Restricted {
+            listen_ports,
+            transparent,
+        } => {
             network::loopback_up()?;
             let listeners = network::listeners(listen_ports)?;
-            let fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
-            channel::send(sync, &FromShim::Listeners, &fds).at(Step::Network)?;
-            Ok(())
+            let mut fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
+            let mut extra = None;
+            if let Some(t) = transparent {
+                match transparent_egress(t) {
+                    Ok(sockets) => extra = Some(sockets),
+                    Err(e) => send(
+                        sync,
+                        &FromShim::Warning {
+                            text: format!(
+                                "transparent egress is not available ({e}); only programs that use the proxy variables can reach allowed hosts"
+                            ),
+                        },
+                    )?,
+                }
+            }
+            if let Some((tcp, dns)) = &extra {
+                fds.extend([tcp.as_raw_fd(), dns.as_raw_fd()]);
+            }
+            let msg = FromShim::Listeners {
+                transparent: extra.is_some(),
+            };
+            channel::send(sync, &msg, &fds).at(Step::Network)?;
+            Ok(extra.is_some())
         }
     }
+}
+
+/// The transparent listener, the DNS stub's socket, and the redirect to them.
+fn transparent_egress(
+    t: &Transparent,
+) -> Result<(std::net::TcpListener, std::net::UdpSocket), StepError> {
+    let tcp = network::listeners(&[t.tcp_port])?.remove(0);
+    let dns = network::dns_socket(t.dns_port)?;
+    egress::install(t.tcp_port, t.dns_port).at(Step::Network)?;
+    Ok((tcp, dns))
 }
 
 /// Only stdin, stdout, stderr, the sync socket and the descriptors named explicitly cross into

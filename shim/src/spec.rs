@@ -111,5 +111,17 @@ pub enum NetworkSpec {
     None,
     /// Own namespace; the shim creates listeners on 127.0.0.1 at these ports and passes them to the
     /// supervisor (in this order) before the target starts.
-    Restricted { listen_ports: Vec<u16> },
+    Restricted {
+        listen_ports: Vec<u16>,
+        /// Transparent egress: also a TCP listener and a DNS socket (passed after the others),
+        /// and the redirect to them (see `egress`).
+        #[serde(default)]
+        transparent: Option<Transparent>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Transparent {
+    pub tcp_port: u16,
+    pub dns_port: u16,
 }

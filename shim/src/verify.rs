@@ -125,7 +125,9 @@ fn interfaces() -> Result<Vec<String>, StepError> {
 }
 
 /// A UDP connect sends nothing; it only asks the routing table. TEST-NET-1 is never routed here.
-fn external_connect() -> Result<Option<Errno>, StepError> {
+/// A UDP "connect" (no packet sent) to a documentation address: `Ok(local address)` when there
+/// is a route, the errno when there is none.
+fn external_connect() -> Result<Result<std::net::SocketAddr, Errno>, StepError> {
     let sock = std::net::UdpSocket::bind("127.0.0.1:0")
         .or_else(|_| std::net::UdpSocket::bind("0.0.0.0:0"))
         .map_err(|e| {
@@ -134,8 +136,10 @@ fn external_connect() -> Result<Option<Errno>, StepError> {
             ))
         })?;
     match sock.connect("192.0.2.1:9") {
-        Ok(()) => Ok(None),
-        Err(e) => Ok(Some(Errno::from_raw(e.raw_os_error().unwrap_or(0)))),
+        Ok(()) => Ok(sock
+            .local_addr()
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))),
+        Err(e) => Ok(Err(Errno::from_raw(e.raw_os_error().unwrap_or(0)))),
     }
 }
 
@@ -196,7 +200,13 @@ fn unwritable(dir: &Path) -> Result<(), StepError> {
     Ok(())
 }
 
-pub fn verify(spec: &SandboxSpec, landlock: LandlockFacts) -> Result<Facts, StepError> {
+/// `transparent`: the shim routed outbound traffic into `lo` for the redirect (transparent
+/// egress); otherwise there must be no route out at all.
+pub fn verify(
+    spec: &SandboxSpec,
+    landlock: LandlockFacts,
+    transparent: bool,
+) -> Result<Facts, StepError> {
     let status = read_status()?;
     if status.seccomp != 2 {
         return Err(fail(format!(
@@ -245,9 +255,21 @@ pub fn verify(spec: &SandboxSpec, landlock: LandlockFacts) -> Result<Facts, Step
                 "the network namespace has interfaces {network_interfaces:?}, expected only lo"
             )));
         }
-        match external_connect()? {
-            None => return Err(fail("a connect to a non-loopback address succeeded".into())),
-            Some(errno) => Some(errno.to_string()),
+        match (external_connect()?, transparent) {
+            (Err(errno), false) => Some(errno.to_string()),
+            (Ok(local), true) if local.ip().is_loopback() => {
+                Some("routed into lo, redirected to the proxy (transparent egress)".to_string())
+            }
+            (Ok(local), _) => {
+                return Err(fail(format!(
+                    "a connect to a non-loopback address found a route (from {local})"
+                )))
+            }
+            (Err(errno), true) => {
+                return Err(fail(format!(
+                    "transparent egress is set up but outbound traffic has no route ({errno})"
+                )))
+            }
         }
     };
     if old_root_reachable()? {

@@ -209,6 +209,44 @@ impl Decider {
         self.rules.iter().any(|r| r.binaries.is_some())
     }
 
+    /// May the DNS stub answer for `host`? Yes when some allow rule names it and no deny rule
+    /// refuses it on every port; ports, programs and requests are decided when it connects.
+    pub fn resolvable(&self, host: &Host) -> Decision {
+        // Without a matching rule this is the usual "no rule allows" denial, with its hint.
+        let mut decision = self.decide(host, 0, None, Channel::Tunnel);
+        decision.port = 0;
+        if let Some(deny) = self
+            .denies
+            .iter()
+            .find(|r| r.pattern.matches(host) && r.ports.is_empty())
+        {
+            decision.verdict = Verdict::Deny;
+            decision.rule = Some(deny.label.clone());
+            decision.reason = format!("{} refuses it (a deny beats every allow)", deny.label);
+        } else if let Some(rule) = self.rules.iter().find(|r| r.pattern.matches(host)) {
+            decision.verdict = Verdict::Allow;
+            decision.rule = Some(rule.label.clone());
+            decision.reason = format!("named by {}", rule.label);
+            decision.hint = None;
+        }
+        decision
+    }
+
+    /// The TCP ports some rule allows, for Landlock (which sees the port a program connects to,
+    /// not the host): `None` when a rule allows any port.
+    pub fn connect_ports(&self) -> Option<Vec<u16>> {
+        let mut ports = Vec::new();
+        for r in &self.rules {
+            if r.ports.is_empty() {
+                return None;
+            }
+            ports.extend(&r.ports);
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        Some(ports)
+    }
+
     /// May `binary` (when known) open a connection to `host`:`port`? Decided on the name only.
     pub fn decide(
         &self,

@@ -89,7 +89,7 @@ impl EventSink {
             "event": "network",
             "protocol": protocol,
             "host": d.host.to_string(),
-            "port": d.port,
+            "port": (d.port != 0).then_some(d.port),
             "binary": binary.map(|b| b.exe.display().to_string()),
             "ancestors": binary.map(|b| b.ancestors.iter().map(|a| a.display().to_string()).collect::<Vec<_>>()),
             "decision": d.verdict,

@@ -126,12 +126,23 @@ async fn connect(
         // tunnel can splice socket to socket.
         match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
             Ok(parts) => {
+                let client = parts.io.into_inner();
+                if let Some(why) = super::peek::check_tunnel(&client, &parts.read_buf, &host).await
+                {
+                    let mut refused = decision;
+                    refused.verdict = super::decide::Verdict::Deny;
+                    refused.reason = why;
+                    proxy
+                        .events
+                        .decision("connect", &refused, binary.as_ref(), None);
+                    return super::tunnel::reset(client);
+                }
                 let mut upstream = upstream;
                 if !parts.read_buf.is_empty() && upstream.write_all(&parts.read_buf).await.is_err()
                 {
                     return;
                 }
-                super::tunnel::relay(parts.io.into_inner(), upstream).await;
+                super::tunnel::relay(client, upstream).await;
             }
             Err(upgraded) => {
                 let mut client = TokioIo::new(upgraded);
@@ -627,7 +638,7 @@ mod tests {
         .await;
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         tunnel
-            .write_all(b"GET /through HTTP/1.1\r\nHost: tunnelled\r\nConnection: close\r\n\r\n")
+            .write_all(b"GET /through HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
         let mut out = String::new();
@@ -636,6 +647,36 @@ mod tests {
             out.starts_with("HTTP/1.1 200") && out.contains("path=/through"),
             "{out}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_whose_request_or_sni_names_another_host_is_closed() {
+        let up = testing::upstream().await;
+        let path = std::env::temp_dir().join(format!("sl-fronting-events-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let (http, _) = testing::proxy(
+            &["allowed.test"],
+            &[("allowed.test", "127.0.0.1")],
+            EventSink::open(path.to_str().unwrap()).unwrap(),
+        )
+        .await;
+        let target = format!("allowed.test:{}", up.port());
+        let first_bytes: [Vec<u8>; 2] = [
+            b"GET /fronted HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n".to_vec(),
+            crate::proxy::peek::tests::client_hello(Some("denied.test")),
+        ];
+        for bytes in first_bytes {
+            let (mut tunnel, head) = connect_raw(http, &target, &target).await;
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            tunnel.write_all(&bytes).await.unwrap();
+            let mut out = Vec::new();
+            let _ = tunnel.read_to_end(&mut out).await;
+            assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+        }
+        let log = std::fs::read_to_string(&path).unwrap();
+        assert!(log.contains("HTTP Host asks for denied.test"), "{log}");
+        assert!(log.contains("TLS SNI asks for denied.test"), "{log}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[tokio::test]
@@ -659,8 +700,10 @@ mod tests {
         for (i, mut t) in tunnels.into_iter().enumerate() {
             tasks.push(tokio::spawn(async move {
                 t.write_all(
-                    format!("GET /t{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                        .as_bytes(),
+                    format!(
+                        "GET /t{i} HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
                 )
                 .await
                 .unwrap();

@@ -14,9 +14,9 @@ use super::events::EventSink;
 use super::identify::SocketOwners;
 use super::inspect::Inspector;
 use super::resolve::{parse_override, Resolver};
-use super::{proxy_env, Protocol, Proxy, LISTENERS};
+use super::{proxy_env, Protocol, Proxy, DNS_PORT, LISTENERS, TRANSPARENT_PORT};
 use crate::policy::model::{NetworkPolicy, Source, Sourced};
-use shim::spec::{MountOp, MountPlan};
+use shim::spec::{MountOp, MountPlan, Transparent};
 
 /// The proxy of one sandbox, ready to serve.
 pub struct Restricted {
@@ -26,6 +26,25 @@ pub struct Restricted {
     /// With TLS inspection: the host's CA bundle plus the sandbox's CA, written on the host, to
     /// be bound over the system bundle inside.
     pub trust_bundle: Option<PathBuf>,
+    /// Transparent egress: the ports of its listener and DNS stub inside.
+    pub transparent: Option<Transparent>,
+    /// The TCP ports some rule allows (`None`: a rule allows any port).
+    pub rule_ports: Option<Vec<u16>>,
+}
+
+impl Restricted {
+    /// What Landlock lets programs connect to: the proxy's ports and the loopback ports the
+    /// user opened; with transparent egress also the ports the rules allow (Landlock sees the
+    /// port a program asks for, before the redirect), so no port limit when a rule allows any.
+    pub fn landlock_ports(&self, loopback: &[u16]) -> Option<Vec<u16>> {
+        let mut ports: Vec<u16> = self.listen_ports.iter().chain(loopback).copied().collect();
+        if self.transparent.is_some() {
+            ports.extend(self.rule_ports.as_ref()?);
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        Some(ports)
+    }
 }
 
 /// Where programs inside find their trusted CAs (Debian's path; bound over with the bundle).
@@ -75,33 +94,86 @@ pub fn bind_trust_bundle(plan: &mut MountPlan, bundle: PathBuf) -> Option<String
     None
 }
 
-/// The directory of this launch's trust bundle, removed when the sandbox has ended.
-static BUNDLE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+/// The directory of this launch's files for the inside (trust bundle, resolv.conf), removed
+/// when the sandbox has ended. Public data only.
+static STATE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// Remove the trust bundle written for this launch, if any.
-pub fn remove_trust_bundle() {
-    if let Some(dir) = BUNDLE_DIR.get() {
+fn state_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = STATE_DIR.get() {
+        return Ok(dir.clone());
+    }
+    let dir = std::env::temp_dir().join(format!("sandbox-launch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    let _ = STATE_DIR.set(dir.clone());
+    Ok(dir)
+}
+
+/// Remove the files written for this launch, if any.
+pub fn remove_state_dir() {
+    if let Some(dir) = STATE_DIR.get() {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+fn write_public(name: &str, contents: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = state_dir()?.join(name);
+    std::fs::write(&path, contents).with_context(|| format!("write {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    Ok(path)
+}
+
+/// The resolver configuration of the inside: the DNS stub only.
+pub fn resolv_conf() -> Result<PathBuf> {
+    write_public(
+        "resolv.conf",
+        "# sandbox-launch: the sandbox's DNS stub; it answers only names the policy allows\n\
+         nameserver 127.0.0.1\noptions attempts:1 timeout:2\n",
+    )
+}
+
+/// Bind `conf` over /etc/resolv.conf inside (or over the file it links to, such as
+/// systemd-resolved's stub file under /run, which is a fresh tmpfs inside).
+pub fn bind_resolv_conf(plan: &mut MountPlan, conf: PathBuf) {
+    let link = Path::new("/etc/resolv.conf");
+    let target = match std::fs::read_link(link) {
+        Ok(to) => std::fs::canonicalize(link).unwrap_or_else(|_| {
+            let to = Path::new("/etc").join(to);
+            lexical_normalize(&to)
+        }),
+        Err(_) => link.to_path_buf(),
+    };
+    plan.ops.push(MountOp::ReadOnly {
+        source: conf,
+        target,
+    });
+}
+
+/// `/etc/../run/x` -> `/run/x`, without touching the filesystem.
+fn lexical_normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The host's bundle followed by the sandbox CA, in a directory of its own (public data only:
 /// the CA's key never leaves the supervisor's memory).
 fn write_trust_bundle(ca_pem: &str) -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     let host = HOST_BUNDLES
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
         .unwrap_or_default();
-    let dir = std::env::temp_dir().join(format!("sandbox-launch-ca-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-    let _ = BUNDLE_DIR.set(dir.clone());
-    let path = dir.join("ca-certificates.crt");
-    std::fs::write(&path, format!("{host}\n{ca_pem}"))
-        .with_context(|| format!("write {}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-    Ok(path)
+    write_public("ca-certificates.crt", &format!("{host}\n{ca_pem}"))
 }
 
 /// Compile the policy's rules, the `--resolve` pins and the events sink.
@@ -110,6 +182,7 @@ pub fn prepare(
     allow_domain: &[String],
     resolve: &[String],
     events: Option<&str>,
+    transparent: bool,
 ) -> Result<Restricted> {
     let decider = Decider::from_policy(&with_command_line_domains(network, allow_domain))?;
     let overrides = resolve
@@ -121,6 +194,7 @@ pub fn prepare(
         None => EventSink::none(),
     };
     let inspect = decider.needs_inspection();
+    let rule_ports = decider.connect_ports();
     let mut proxy = Proxy::new(decider, Resolver::system(overrides), events);
     let mut trust_bundle = None;
     if inspect {
@@ -132,6 +206,11 @@ pub fn prepare(
         proxy,
         listen_ports: LISTENERS.iter().map(|(_, port)| *port).collect(),
         trust_bundle,
+        transparent: transparent.then_some(Transparent {
+            tcp_port: TRANSPARENT_PORT,
+            dns_port: DNS_PORT,
+        }),
+        rule_ports,
     })
 }
 
@@ -181,26 +260,34 @@ pub fn set_env(env: &mut Vec<(String, String)>) {
     env.extend(ours);
 }
 
-/// Start serving on the sockets the shim created inside (called after the clone).
-pub fn start(mut proxy: Proxy, fds: Vec<OwnedFd>) -> Result<()> {
-    if fds.len() != LISTENERS.len() {
+/// Start serving on the sockets the shim created inside (called after the clone): the proxy's
+/// listeners, then, with transparent egress, its listener and the DNS stub's socket.
+pub fn start(mut proxy: Proxy, mut fds: Vec<OwnedFd>, transparent: bool) -> Result<()> {
+    let expected = LISTENERS.len() + if transparent { 2 } else { 0 };
+    if fds.len() != expected {
         bail!(
-            "the sandbox handed over {} proxy sockets, expected {}",
+            "the sandbox handed over {} proxy sockets, expected {expected}",
             fds.len(),
-            LISTENERS.len()
         );
     }
-    let listeners: Vec<(Protocol, std::net::TcpListener)> = LISTENERS
+    let extra = fds.split_off(LISTENERS.len());
+    let mut listeners: Vec<(Protocol, std::net::TcpListener)> = LISTENERS
         .iter()
         .zip(fds)
         .map(|((protocol, _), fd)| (*protocol, std::net::TcpListener::from(fd)))
         .collect();
+    let mut dns = None;
+    let mut extra = extra.into_iter();
+    if let (Some(tcp), Some(udp)) = (extra.next(), extra.next()) {
+        listeners.push((Protocol::Transparent, std::net::TcpListener::from(tcp)));
+        dns = Some(std::net::UdpSocket::from(udp));
+    }
     // Rules with `binaries` need to know which program connected; the sandbox's init is our
     // only child. Without it, such rules match nothing (fail closed).
     if let Some(owners) = SocketOwners::of_only_child() {
         proxy.identify = Some(Box::new(move |peer, local| owners.identify(peer, local)));
     }
-    super::spawn(listeners, proxy).context("start the proxy")?;
+    super::spawn(listeners, dns, proxy).context("start the proxy")?;
     Ok(())
 }
 
@@ -247,9 +334,16 @@ mod tests {
     #[test]
     fn a_bad_rule_or_pin_stops_the_launch() {
         let net = NetworkPolicy::default();
-        assert!(prepare(&net, &["*.com".into()], &[], None).is_err());
-        assert!(prepare(&net, &[], &["nohost".into()], None).is_err());
-        let ok = prepare(&net, &["a.test".into()], &["a.test:127.0.0.1".into()], None).unwrap();
+        assert!(prepare(&net, &["*.com".into()], &[], None, true).is_err());
+        assert!(prepare(&net, &[], &["nohost".into()], None, true).is_err());
+        let ok = prepare(
+            &net,
+            &["a.test".into()],
+            &["a.test:127.0.0.1".into()],
+            None,
+            true,
+        )
+        .unwrap();
         assert_eq!(ok.listen_ports, [3128, 1080]);
     }
 }

@@ -6,14 +6,17 @@
 //! dialled.
 
 pub mod decide;
+pub mod dns;
 pub mod events;
 pub mod http;
 pub mod identify;
 pub mod inspect;
 pub mod launch;
 pub mod matcher;
+pub mod peek;
 pub mod resolve;
 pub mod socks5;
+pub mod transparent;
 pub mod tunnel;
 
 use std::net::SocketAddr;
@@ -37,6 +40,8 @@ pub struct Proxy {
     pub identify: Option<Box<Identify>>,
     /// TLS inspection for `protocol: rest` endpoints reached through CONNECT.
     pub inspector: Option<Arc<inspect::Inspector>>,
+    /// The DNS stub's answers (transparent egress).
+    pub stand_ins: dns::StandIns,
 }
 
 impl Proxy {
@@ -47,6 +52,7 @@ impl Proxy {
             events,
             identify: None,
             inspector: None,
+            stand_ins: dns::StandIns::default(),
         }
     }
 
@@ -64,6 +70,8 @@ impl Proxy {
 pub enum Protocol {
     Http,
     Socks5,
+    /// Connections redirected inside the sandbox (transparent egress).
+    Transparent,
 }
 
 /// The in-sandbox ports of the listeners, in the order the shim creates them.
@@ -71,6 +79,9 @@ pub const HTTP_PORT: u16 = 3128;
 pub const SOCKS5_PORT: u16 = 1080;
 pub const LISTENERS: [(Protocol, u16); 2] =
     [(Protocol::Http, HTTP_PORT), (Protocol::Socks5, SOCKS5_PORT)];
+/// Transparent egress: where the redirect delivers outbound TCP, and the DNS stub's port.
+pub const TRANSPARENT_PORT: u16 = 3129;
+pub const DNS_PORT: u16 = 53;
 
 /// The variables that point programs inside the sandbox at the proxy.
 pub fn proxy_env() -> Vec<(String, String)> {
@@ -92,12 +103,22 @@ pub fn proxy_env() -> Vec<(String, String)> {
     env
 }
 
-/// Serve on already-listening sockets until every listener fails. Needs a tokio runtime.
+/// Serve on already-listening sockets (and the DNS stub's socket, with transparent egress)
+/// until every listener fails. Needs a tokio runtime.
 pub async fn serve(
     listeners: Vec<(Protocol, std::net::TcpListener)>,
+    dns: Option<std::net::UdpSocket>,
     proxy: Arc<Proxy>,
 ) -> Result<()> {
     let mut tasks = Vec::new();
+    if let Some(socket) = dns {
+        socket
+            .set_nonblocking(true)
+            .context("make the DNS stub's socket non-blocking")?;
+        let socket =
+            tokio::net::UdpSocket::from_std(socket).context("register the DNS stub's socket")?;
+        tasks.push(tokio::spawn(dns::serve(socket, proxy.clone())));
+    }
     for (protocol, listener) in listeners {
         listener
             .set_nonblocking(true)
@@ -109,6 +130,7 @@ pub async fn serve(
             match protocol {
                 Protocol::Http => http::serve(listener, proxy).await,
                 Protocol::Socks5 => socks5::serve(listener, proxy).await,
+                Protocol::Transparent => transparent::serve(listener, proxy).await,
             }
         }));
     }
@@ -123,6 +145,7 @@ pub async fn serve(
 /// until then.
 pub fn spawn(
     listeners: Vec<(Protocol, std::net::TcpListener)>,
+    dns: Option<std::net::UdpSocket>,
     proxy: Proxy,
 ) -> Result<std::thread::JoinHandle<()>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -134,7 +157,7 @@ pub fn spawn(
     std::thread::Builder::new()
         .name("proxy".into())
         .spawn(move || {
-            if let Err(e) = runtime.block_on(serve(listeners, proxy)) {
+            if let Err(e) = runtime.block_on(serve(listeners, dns, proxy)) {
                 eprintln!("sandbox-launch: proxy: {e:#}");
             }
         })
@@ -224,6 +247,24 @@ pub(crate) mod testing {
         addr
     }
 
+    /// A proxy (not listening) with these allowed domains; it never asks DNS.
+    pub fn proxy_with(domains: &[&str], events: EventSink) -> Proxy {
+        let policy = NetworkPolicy {
+            denied_domains: vec![],
+            mode: None,
+            allowed_domains: domains
+                .iter()
+                .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
+                .collect(),
+            rules: Default::default(),
+        };
+        Proxy::new(
+            Decider::from_policy(&policy).unwrap(),
+            Resolver::offline(vec![]),
+            events,
+        )
+    }
+
     /// A proxy listening on 127.0.0.1 (HTTP, SOCKS5), with these allowed domains and names
     /// pinned to addresses; it never asks DNS.
     pub async fn proxy(
@@ -251,6 +292,7 @@ pub(crate) mod testing {
         let addrs = (http.local_addr().unwrap(), socks.local_addr().unwrap());
         tokio::spawn(serve(
             vec![(Protocol::Http, http), (Protocol::Socks5, socks)],
+            None,
             Arc::new(proxy),
         ));
         addrs

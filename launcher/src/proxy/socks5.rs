@@ -84,6 +84,14 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         .events
         .decision("socks5", &decision, binary.as_ref(), None);
     reply(&mut client, SUCCEEDED, upstream.local_addr().ok()).await?;
+    if let Some(why) = super::peek::check_tunnel(&client, &[], &host).await {
+        deny(&mut decision, &why);
+        proxy
+            .events
+            .decision("socks5", &decision, binary.as_ref(), None);
+        super::tunnel::reset(client);
+        return Ok(());
+    }
     super::tunnel::relay(client, upstream).await;
     Ok(())
 }
@@ -215,13 +223,20 @@ mod tests {
         (head[1], s)
     }
 
-    async fn http_get_over(mut s: TcpStream) -> String {
-        s.write_all(b"GET /socks HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
+    async fn http_get_over(s: TcpStream) -> String {
+        http_get_host(s, "allowed.test").await
+    }
+
+    /// A request naming `host`; what came back (empty when the tunnel was reset).
+    async fn http_get_host(mut s: TcpStream, host: &str) -> String {
+        s.write_all(
+            format!("GET /socks HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     #[tokio::test]
@@ -238,6 +253,10 @@ mod tests {
         assert!(http_get_over(s).await.contains("path=/socks"));
         let (code, _) = socks_connect(socks, Target::Name("denied.test"), up.port()).await;
         assert_eq!(code, NOT_ALLOWED);
+        // Tunnelled to the allowed name, but the request names another host: closed.
+        let (code, s) = socks_connect(socks, Target::Name("allowed.test"), up.port()).await;
+        assert_eq!(code, SUCCEEDED);
+        assert_eq!(http_get_host(s, "denied.test").await, "");
     }
 
     #[tokio::test]

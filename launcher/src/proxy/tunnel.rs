@@ -32,6 +32,26 @@ pub async fn relay(client: TcpStream, upstream: TcpStream) {
     );
 }
 
+/// Close with a reset, so the program sees "connection reset" at once rather than an EOF that
+/// could pass for an empty answer.
+pub fn reset(stream: TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on a socket we own, with a correctly sized linger struct.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    drop(stream);
+}
+
 struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
