@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 /// The unprivileged user the tests switch to when they run as root.
+pub mod net;
+
 pub const NOBODY: u32 = 65534;
 
 /// Who starts the launcher.

@@ -4,59 +4,11 @@
 //! from the host's network namespace (`--resolve` names them; loopback needs a rule naming the
 //! host exactly).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 
+use integration::net::{allow_opts, events, HostServer};
 use integration::{explain, sh, stderr, stdout, TempDir, CALLERS};
-
-/// A plain HTTP server on the host's 127.0.0.1 that answers `hello-from-host path=<path>` and
-/// remembers the paths it was asked for.
-struct HostServer {
-    port: u16,
-    paths: Arc<Mutex<Vec<String>>>,
-}
-
-impl HostServer {
-    fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let paths = Arc::new(Mutex::new(Vec::new()));
-        let seen = paths.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).is_err() {
-                    continue;
-                }
-                loop {
-                    let mut line = String::new();
-                    match reader.read_line(&mut line) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) if line == "\r\n" => break,
-                        Ok(_) => {}
-                    }
-                }
-                let path = request_line.split(' ').nth(1).unwrap_or("?").to_string();
-                seen.lock().unwrap().push(path.clone());
-                let body = format!("hello-from-host path={path}");
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        HostServer { port, paths }
-    }
-
-    fn saw(&self, path: &str) -> bool {
-        self.paths.lock().unwrap().iter().any(|p| p == path)
-    }
-}
 
 /// An HTTPS server (python3's ssl module) on the host's 127.0.0.1 with a certificate for
 /// `allowed.test` signed by a test CA written to `ca.pem` in `work` (for curl's --cacert).
@@ -167,31 +119,6 @@ impl Drop for HttpsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn allow_opts(events: &str) -> Vec<&str> {
-    vec![
-        "--network",
-        "restricted",
-        "--resolve",
-        "allowed.test:127.0.0.1",
-        "--resolve",
-        "denied.test:127.0.0.1",
-        "--allow-domain",
-        "allowed.test",
-        "--events",
-        events,
-    ]
-}
-
-fn events(path: &std::path::Path) -> Vec<serde_json::Value> {
-    let mut text = String::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        f.read_to_string(&mut text).unwrap();
-    }
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[test]
@@ -752,34 +679,6 @@ echo \"ssl=$SSL_CERT_FILE node=$NODE_EXTRA_CA_CERTS\""
                 && e["path"] == "/api/a/b"),
             "{caller:?}: {ev:?}"
         );
-    }
-}
-
-#[test]
-fn nothing_inside_can_resolve_names_itself() {
-    // Names are resolved by the supervisor for allowed hosts only; inside there is no route to
-    // any resolver, so a DNS query (an exfiltration channel) cannot leave.
-    for caller in CALLERS {
-        let work = TempDir::new("net-dns");
-        let out = sh(
-            caller,
-            &work.path,
-            &["--allow-domain", "example.com"],
-            r#"python3 -c '
-import socket
-try:
-    socket.getaddrinfo("example.com", 443); print("RESOLVED")
-except OSError as e:
-    print("dns: refused", e.errno)
-'"#,
-        );
-        let text = stdout(&out);
-        assert!(
-            text.contains("dns: refused"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
-        assert!(!text.contains("RESOLVED"));
     }
 }
 
