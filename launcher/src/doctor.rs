@@ -328,15 +328,43 @@ fn seccomp() -> Vec<Check> {
     out
 }
 
-/// How `--network restricted` keeps programs on the proxy.
+/// How `--network restricted` keeps programs on the proxy: transparent egress needs nftables
+/// NAT (redirect) and a route in a namespace of our own, tried here for real.
 fn egress() -> Check {
-    check(
-        "egress",
-        Status::Warn,
-        "proxy variables only: a program that ignores HTTP(S)_PROXY/ALL_PROXY has no route out \
-         (it is blocked, not filtered); transparent redirection is not implemented",
-        Some("point such programs at the proxy (127.0.0.1:3128 HTTP, 127.0.0.1:1080 SOCKS5)"),
-    )
+    let r = in_userns(libc::CLONE_NEWUSER | libc::CLONE_NEWNET, || {
+        shim::network::loopback_up().map_err(|e| e.to_string())?;
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listen: {e}"))?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        shim::egress::install(port, 53).map_err(|e| e.to_string())?;
+        let _out = std::net::TcpStream::connect("192.0.2.1:9")
+            .map_err(|e| format!("a redirected connect failed: {e}"))?;
+        let (accepted, _) = listener.accept().map_err(|e| e.to_string())?;
+        let orig = shim::egress::original_destination(std::os::fd::AsRawFd::as_raw_fd(&accepted))
+            .map_err(|e| format!("SO_ORIGINAL_DST: {e}"))?;
+        if orig.to_string() != "192.0.2.1:9" {
+            return Err(format!("SO_ORIGINAL_DST says {orig}, expected 192.0.2.1:9"));
+        }
+        Ok(())
+    });
+    match r {
+        Ok(()) => check(
+            "egress",
+            Status::Ok,
+            "transparent: programs that ignore the proxy variables are redirected to the proxy \
+             (nftables redirect and a DNS stub inside the sandbox's own network namespace)",
+            None,
+        ),
+        Err(e) => check(
+            "egress",
+            Status::Warn,
+            format!(
+                "proxy variables only ({e}): a program that ignores HTTP(S)_PROXY/ALL_PROXY has \
+                 no route out (blocked, not filtered)"
+            ),
+            Some("a kernel with nf_tables, NAT and nft_redir (CONFIG_NFT_REDIR) enables it; until then point such programs at 127.0.0.1:3128 (HTTP) or 127.0.0.1:1080 (SOCKS5)"),
+        ),
+    }
 }
 
 fn overlayfs() -> Check {
