@@ -31,14 +31,20 @@ fn status_shows_seccomp_filter_no_new_privs_and_no_capabilities() {
 
 #[test]
 fn only_loopback_exists_and_it_works() {
-    for caller in CALLERS {
-        let work = TempDir::new("net");
-        let out = sh(
-            caller,
-            &work.path,
-            // Landlock refuses TCP connects to loopback ports the policy does not open.
-            &["--allow-loopback-port", "47123"],
-            r#"tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '
+    // `none`: no route out at all. `restricted` (transparent egress): the only route leads into
+    // `lo`, where the redirect hands connections to the proxy.
+    for (mode, expected) in [
+        ("none", "external: Network is unreachable"),
+        ("restricted", "EXTERNAL-ROUTE from 127.0.0.1"),
+    ] {
+        for caller in CALLERS {
+            let work = TempDir::new("net");
+            let out = sh(
+                caller,
+                &work.path,
+                // Landlock refuses TCP connects to loopback ports the policy does not open.
+                &["--network", mode, "--allow-loopback-port", "47123"],
+                r#"tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '
 python3 - <<'PY'
 import socket, threading
 s = socket.socket(); s.bind(("127.0.0.1", 47123)); s.listen(1)
@@ -48,28 +54,22 @@ def serve():
 threading.Thread(target=serve).start()
 c = socket.create_connection(("127.0.0.1", port)); print(c.recv(100).decode())
 try:
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.connect(("192.0.2.1", 9)); print("EXTERNAL-ROUTE")
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.connect(("192.0.2.1", 9))
+    print("EXTERNAL-ROUTE from", u.getsockname()[0])
 except OSError as e:
     print("external:", e.strerror)
 PY"#,
-        );
-        let text = stdout(&out);
-        let ifaces: Vec<&str> = text
-            .lines()
-            .take_while(|l| !l.contains("loopback-ok"))
-            .collect();
-        assert_eq!(ifaces, ["lo"], "{caller:?}: {}", explain(&out));
-        assert!(
-            text.contains("loopback-ok"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
-        assert!(
-            text.contains("external: Network is unreachable"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
-        assert!(!text.contains("EXTERNAL-ROUTE"));
+            );
+            let text = stdout(&out);
+            let ifaces: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.contains("loopback-ok"))
+                .collect();
+            let ctx = || format!("{mode} {caller:?}: {}", explain(&out));
+            assert_eq!(ifaces, ["lo"], "{}", ctx());
+            assert!(text.contains("loopback-ok"), "{}", ctx());
+            assert!(text.contains(expected), "{}", ctx());
+        }
     }
 }
 
