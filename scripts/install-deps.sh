@@ -19,6 +19,7 @@ have hyperfine || need+=(hyperfine)
 have node    || need+=(nodejs)     # the MCP stdio server workload
 have npm     || need+=(npm)        # npm through the proxy
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # pip through the proxy
+/usr/bin/python3 -c "import requests" >/dev/null 2>&1 || need+=(python3-requests) # python requests through the proxy
 
 if ((${#need[@]})); then
     SUDO=""

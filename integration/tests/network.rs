@@ -19,6 +19,11 @@ struct HttpsServer {
 
 impl HttpsServer {
     fn start(work: &TempDir) -> Self {
+        Self::serving(work, None)
+    }
+
+    /// With `dir`, serve its files instead of the greeting.
+    fn serving(work: &TempDir, dir: Option<&std::path::Path>) -> Self {
         let cert = work.join("cert.pem");
         let key = work.join("key.pem");
         let openssl = |args: &[&str]| {
@@ -92,7 +97,11 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
     def log_message(self, *a): pass
-srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+if len(sys.argv) > 3:
+    import functools
+    H = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])
+    H.log_message = lambda *a: None
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
 srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 print(srv.server_address[1], flush=True)
@@ -102,6 +111,7 @@ srv.serve_forever()
             .args(["-c", script])
             .arg(&cert)
             .arg(&key)
+            .args(dir)
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 is needed for the HTTPS test");
@@ -548,8 +558,9 @@ impl Drop for StaticServer {
     }
 }
 
-#[test]
-fn git_clone_and_python_urllib_go_through_the_proxy_variables() {
+/// A directory on the host holding `src` (a repository with one commit of `README`) and
+/// `repo.git` (its bare clone, ready for git's dumb HTTP protocol).
+fn repository_to_serve() -> TempDir {
     // A bare repository served over git's dumb HTTP protocol.
     let host_dir = TempDir::new("net-git-host");
     let git = |args: &[&str], dir: &std::path::Path| {
@@ -576,6 +587,12 @@ fn git_clone_and_python_urllib_go_through_the_proxy_variables() {
         &host_dir.path,
     );
     git(&["update-server-info"], &host_dir.join("repo.git"));
+    host_dir
+}
+
+#[test]
+fn git_clone_and_python_urllib_go_through_the_proxy_variables() {
+    let host_dir = repository_to_serve();
     let server = StaticServer::start(&host_dir.path);
 
     for caller in CALLERS {
@@ -764,4 +781,29 @@ fn pip_and_npm_fetch_from_an_allowed_registry_through_the_proxy_variables() {
         );
     }
     drop(server);
+}
+
+#[test]
+fn git_over_https_and_python_requests_go_through_connect() {
+    let host_dir = repository_to_serve();
+    for caller in CALLERS {
+        let work = TempDir::new("net-git-https");
+        let server = HttpsServer::serving(&work, Some(&host_dir.path));
+        let p = server.port;
+        let script = format!(
+            "GIT_SSL_CAINFO=$PWD/ca.pem git clone -q https://allowed.test:{p}/repo.git clone && cat clone/README
+python3 -c 'import requests; print(requests.get(\"https://allowed.test:{p}/src/README\", verify=\"ca.pem\").text.strip(), \"via requests\")'
+python3 -c 'import requests; requests.get(\"https://denied.test:{p}/src/README\", verify=\"ca.pem\")' 2>&1 | grep -o 'Tunnel connection failed: 403'"
+        );
+        let out = sh(caller, &work.path, &allow_opts("/dev/null"), &script);
+        let text = stdout(&out);
+        let ctx = || format!("{caller:?}: {}", explain(&out));
+        assert!(text.contains("cloned-through-the-proxy\n"), "{}", ctx());
+        assert!(
+            text.contains("cloned-through-the-proxy via requests"),
+            "{}",
+            ctx()
+        );
+        assert!(text.contains("Tunnel connection failed: 403"), "{}", ctx());
+    }
 }
