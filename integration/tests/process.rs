@@ -418,3 +418,60 @@ fn as_a_login_shell_it_sandboxes_the_session_and_remote_commands() {
         );
     }
 }
+
+#[test]
+fn the_events_stream_records_the_sandbox_lifecycle() {
+    // Besides network decisions, `--events` gets the sandbox's life: launch, verified (with the
+    // facts), running, exited with the program's status — or failed with the step.
+    for caller in CALLERS {
+        let work = TempDir::new("events-life");
+        let file = work.join("events.jsonl");
+        let path = file.to_str().unwrap();
+        let out = sh(
+            caller,
+            &work.path,
+            &["--network", "none", "--events", path],
+            "exit 3",
+        );
+        assert_eq!(out.status.code(), Some(3), "{caller:?}: {}", explain(&out));
+        let read = || -> Vec<serde_json::Value> {
+            std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let evs = read();
+        let kinds: Vec<&str> = evs.iter().map(|e| e["event"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["launch", "verified", "running", "exited"],
+            "{evs:?}"
+        );
+        assert_eq!(evs[0]["argv"][2], "exit 3");
+        assert_eq!(evs[1]["facts"]["seccomp_mode"], 2);
+        assert_eq!(evs[3]["exit_code"], 3);
+        assert!(evs
+            .iter()
+            .all(|e| e["time"].as_str().unwrap().ends_with('Z')));
+
+        std::fs::remove_file(&file).unwrap();
+        let out = sh(
+            caller,
+            &work.path,
+            &["--seccomp-policy", "no-such-policy", "--events", path],
+            "echo ran > marker",
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(111),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!work.join("marker").exists());
+        let evs = read();
+        let failed = evs.last().unwrap();
+        assert_eq!(failed["event"], "failed", "{evs:?}");
+        assert_eq!(failed["step"], "policy", "{evs:?}");
+    }
+}

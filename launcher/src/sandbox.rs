@@ -2,6 +2,7 @@
 //! identity and the seccomp filter, then hand over to the supervisor.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use seccompiler::BpfProgram;
 use serde_json::json;
@@ -13,6 +14,7 @@ use crate::layout::{self, HostContext};
 use crate::namespaces::Identity;
 use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
+use crate::proxy::events::EventSink;
 use crate::status::StatusSink;
 use crate::{proxy, supervisor, users};
 
@@ -140,7 +142,11 @@ fn seccomp(policy: &Policy) -> Result<SeccompSpec, StepError> {
     }
 }
 
-pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepError> {
+pub fn prepare(
+    args: &SandboxArgs,
+    argv: Vec<String>,
+    events: Arc<EventSink>,
+) -> Result<Prepared, StepError> {
     let (policy, cwd) = load_policy(args)?;
     let mut warnings = policy.warnings.clone();
     let mut env: Vec<(String, String)> = std::env::vars().collect();
@@ -164,7 +170,7 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
                 &policy.network,
                 &args.allow_domain,
                 &args.resolve,
-                args.events.as_deref(),
+                events,
                 args.egress == EgressArg::Transparent,
             )
             .map_err(policy_error)?;
@@ -186,7 +192,6 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
         warnings.extend(proxy::launch::ignored_flags(
             &args.allow_domain,
             &args.resolve,
-            args.events.as_deref(),
         ));
     }
     let ctx = HostContext {
@@ -257,14 +262,19 @@ pub fn prepare(args: &SandboxArgs, argv: Vec<String>) -> Result<Prepared, StepEr
 
 /// `whole-process` and `per-command`.
 pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
-    let mut status = match StatusSink::from_fd(args.json_status_fd) {
+    let (mut status, events) = match sinks(args) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sandbox-launch: {e:#}");
             return 2;
         }
     };
-    let prepared = match prepare(args, argv) {
+    events.emit(json!({
+        "event": "launch",
+        "argv": argv,
+        "launcher_pid": std::process::id(),
+    }));
+    let prepared = match prepare(args, argv, events) {
         Ok(p) => p,
         Err(e) => return supervisor::fail(&mut status, &e),
     };
@@ -295,6 +305,17 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
     report_created(&watch, &mut status);
     proxy::launch::remove_state_dir();
     code
+}
+
+/// `--json-status-fd` and `--events`; the events stream also gets every status line (the
+/// sandbox's lifecycle: warnings, verified, running, exited, failed) besides network decisions.
+fn sinks(args: &SandboxArgs) -> anyhow::Result<(StatusSink, Arc<EventSink>)> {
+    let events = Arc::new(match &args.events {
+        Some(target) => EventSink::open(target)?,
+        None => EventSink::none(),
+    });
+    let status = StatusSink::from_fd(args.json_status_fd)?.with_events(events.clone());
+    Ok((status, events))
 }
 
 /// Should a protected path that did not exist at launch appear anyway (the create guard

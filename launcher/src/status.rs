@@ -1,16 +1,21 @@
 //! `--json-status-fd N`: one JSON object per line about the sandbox's life — verified (with the
-//! facts checked from inside), running, exited, or failed (with the step and the reason).
+//! facts checked from inside), running, exited, or failed (with the step and the reason). The
+//! same lines go to the `--events` stream, as `{"event": <status>, "time": …, …}`.
 
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::FromRawFd;
+use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use serde_json::Value;
 
+use crate::proxy::events::EventSink;
+
 #[derive(Default)]
 pub struct StatusSink {
     out: Option<File>,
+    events: Option<Arc<EventSink>>,
 }
 
 impl StatusSink {
@@ -31,10 +36,24 @@ impl StatusSink {
         // SAFETY: the caller handed us this descriptor to write to; we own it from here.
         Ok(Self {
             out: Some(unsafe { File::from_raw_fd(fd) }),
+            events: None,
         })
     }
 
+    /// Also write every line to the events stream.
+    pub fn with_events(mut self, events: Arc<EventSink>) -> Self {
+        self.events = events.is_active().then_some(events);
+        self
+    }
+
     pub fn emit(&mut self, value: Value) {
+        if let (Some(events), Value::Object(map)) = (&self.events, &value) {
+            let mut event = map.clone();
+            if let Some(status) = event.remove("status") {
+                event.insert("event".into(), status);
+            }
+            events.emit(Value::Object(event));
+        }
         if let Some(out) = &mut self.out {
             let mut line = value.to_string();
             line.push('\n');

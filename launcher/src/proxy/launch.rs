@@ -181,7 +181,7 @@ pub fn prepare(
     network: &NetworkPolicy,
     allow_domain: &[String],
     resolve: &[String],
-    events: Option<&str>,
+    events: Arc<EventSink>,
     transparent: bool,
 ) -> Result<Restricted> {
     let decider = Decider::from_policy(&with_command_line_domains(network, allow_domain))?;
@@ -189,10 +189,6 @@ pub fn prepare(
         .iter()
         .map(|r| parse_override(r))
         .collect::<Result<Vec<_>>>()?;
-    let events = match events {
-        Some(target) => EventSink::open(target)?,
-        None => EventSink::none(),
-    };
     let inspect = decider.needs_inspection();
     let rule_ports = decider.connect_ports();
     let mut proxy = Proxy::new(decider, Resolver::system(overrides), events);
@@ -229,20 +225,13 @@ fn with_command_line_domains(network: &NetworkPolicy, allow_domain: &[String]) -
 }
 
 /// The network flags that only the proxy uses, when the mode has no proxy.
-pub fn ignored_flags(
-    allow_domain: &[String],
-    resolve: &[String],
-    events: Option<&str>,
-) -> Option<String> {
+pub fn ignored_flags(allow_domain: &[String], resolve: &[String]) -> Option<String> {
     let mut flags = Vec::new();
     if !allow_domain.is_empty() {
         flags.push("--allow-domain");
     }
     if !resolve.is_empty() {
         flags.push("--resolve");
-    }
-    if events.is_some() {
-        flags.push("--events");
     }
     let verb = if flags.len() == 1 { "applies" } else { "apply" };
     (!flags.is_empty()).then(|| {
@@ -324,23 +313,23 @@ mod tests {
 
     #[test]
     fn proxy_flags_without_a_proxy_are_reported() {
-        assert_eq!(ignored_flags(&[], &[], None), None);
+        assert_eq!(ignored_flags(&[], &[]), None);
         assert_eq!(
-            ignored_flags(&["a.test".into()], &[], Some("fd:3")).unwrap(),
-            "--allow-domain, --events apply only to --network restricted; ignored"
+            ignored_flags(&["a.test".into()], &["a.test:127.0.0.1".into()]).unwrap(),
+            "--allow-domain, --resolve apply only to --network restricted; ignored"
         );
     }
 
     #[test]
     fn a_bad_rule_or_pin_stops_the_launch() {
         let net = NetworkPolicy::default();
-        assert!(prepare(&net, &["*.com".into()], &[], None, true).is_err());
-        assert!(prepare(&net, &[], &["nohost".into()], None, true).is_err());
+        assert!(prepare(&net, &["*.com".into()], &[], Arc::default(), true).is_err());
+        assert!(prepare(&net, &[], &["nohost".into()], Arc::default(), true).is_err());
         let ok = prepare(
             &net,
             &["a.test".into()],
             &["a.test:127.0.0.1".into()],
-            None,
+            Arc::default(),
             true,
         )
         .unwrap();

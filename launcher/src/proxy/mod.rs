@@ -36,7 +36,8 @@ pub type Identify = dyn Fn(SocketAddr, SocketAddr) -> Option<Program> + Send + S
 pub struct Proxy {
     pub decider: Decider,
     pub resolver: Resolver,
-    pub events: EventSink,
+    /// Shared with the launcher, which writes the sandbox's lifecycle to the same stream.
+    pub events: Arc<EventSink>,
     pub identify: Option<Box<Identify>>,
     /// TLS inspection for `protocol: rest` endpoints reached through CONNECT.
     pub inspector: Option<Arc<inspect::Inspector>>,
@@ -45,11 +46,11 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn new(decider: Decider, resolver: Resolver, events: EventSink) -> Self {
+    pub fn new(decider: Decider, resolver: Resolver, events: impl Into<Arc<EventSink>>) -> Self {
         Proxy {
             decider,
             resolver,
-            events,
+            events: events.into(),
             identify: None,
             inspector: None,
             stand_ins: dns::StandIns::default(),
