@@ -440,3 +440,51 @@ mkfifo ff && (cat ff > fifo-out.txt &) && echo through-fifo > ff && sleep 0.3 &&
         assert!(!integration::stderr(&out).contains("was created inside the sandbox"));
     }
 }
+
+#[test]
+fn truncating_a_file_outside_writable_roots_fails_and_inside_succeeds() {
+    // A file the sandbox's user may write by its mode, outside every writable tree: truncate(2),
+    // an O_TRUNC open and ftruncate on a read-only descriptor all fail; the twin in the working
+    // directory is truncated.
+    for caller in CALLERS {
+        let work = TempDir::new_in("/var/tmp", "trunc");
+        let victim = std::path::PathBuf::from(format!("{}-victim", work.path.display()));
+        std::fs::write(&victim, "keep me\n").unwrap();
+        std::fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .unwrap();
+        work.write("mine.txt", "truncate me\n");
+        let script = format!(
+            r#"python3 - <<'PY'
+import os
+victim = "{}"
+for name, f in [
+    ("truncate", lambda: os.truncate(victim, 0)),
+    ("o_trunc", lambda: os.close(os.open(victim, os.O_WRONLY | os.O_TRUNC))),
+    ("ftruncate", lambda: os.ftruncate(os.open(victim, os.O_RDONLY), 0)),
+]:
+    try:
+        f(); print(name, "ESCAPED")
+    except OSError as e:
+        print(name, "refused", e.errno)
+os.truncate("mine.txt", 0); print("inside truncated", os.path.getsize("mine.txt"))
+PY"#,
+            victim.display()
+        );
+        let out = sh(caller, &work.path, &[], &script);
+        let text = stdout(&out);
+        let _ = std::fs::remove_file(&victim);
+        assert!(
+            text.contains("inside truncated 0"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        for name in ["truncate", "o_trunc", "ftruncate"] {
+            assert!(
+                text.contains(&format!("{name} refused")),
+                "{caller:?} {name}: {}",
+                explain(&out)
+            );
+        }
+        assert!(!text.contains("ESCAPED"), "{caller:?}: {}", explain(&out));
+    }
+}

@@ -19,6 +19,10 @@ pub struct LandlockFacts {
     pub enforced: bool,
     pub scoped: bool,
     pub tcp_restricted: bool,
+    /// Whether reading, executing and truncating are rights of the ruleset (not when a rule grants
+    /// reading everywhere, as in host-readable mode, where `denyRead` is enforced by the mounts
+    /// and truncation outside the writable trees by their read-only mounts).
+    pub reads_handled: bool,
     pub skipped_paths: Vec<String>,
 }
 
@@ -91,6 +95,7 @@ pub fn restrict(
                 enforced: false,
                 scoped: false,
                 tcp_restricted: false,
+                reads_handled: false,
                 skipped_paths: Vec::new(),
             });
         }
@@ -101,7 +106,21 @@ pub fn restrict(
     } else {
         CompatLevel::BestEffort
     };
-    let fs_all = AccessFs::from_all(abi);
+    // Host-readable mode (a rule granting read and execute on `/`): handling those rights is pure
+    // cost, since every open for reading would walk up to the root to find that rule. The same
+    // holds for TRUNCATE, which Landlock checks on every open: outside the writable trees every
+    // mount is read-only (truncate fails with EROFS), inside them it is allowed. Leaving these
+    // unhandled keeps the policy and lets a read-only open skip Landlock's path walk; writing,
+    // creating, removing, renaming and linking stay handled everywhere.
+    let reads_everywhere = spec
+        .rules
+        .iter()
+        .any(|r| r.path == std::path::Path::new("/") && r.access == Want::Read);
+    let fs_all = if reads_everywhere {
+        AccessFs::from_all(abi) & !(AccessFs::from_read(abi) | AccessFs::Truncate)
+    } else {
+        AccessFs::from_all(abi)
+    };
     let mut ruleset = Ruleset::default()
         .set_compatibility(level)
         .handle_access(fs_all)
@@ -131,8 +150,8 @@ pub fn restrict(
     }
     let mut created = ruleset.create().at(Step::Landlock)?;
 
-    let read = AccessFs::from_read(abi);
-    let device = read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let read = AccessFs::from_read(abi) & fs_all;
+    let device = (read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & fs_all;
     let mut skipped = Vec::new();
     for rule in &spec.rules {
         let fd = match PathFd::new(&rule.path) {
@@ -165,8 +184,12 @@ pub fn restrict(
         if !is_dir {
             access &= AccessFs::from_file(abi);
         }
-        // Only ask for what this kernel knows; with HardRequirement, asking for more is an error.
+        // Only ask for what this kernel knows and the ruleset handles; with HardRequirement,
+        // asking for more is an error.
         access &= fs_all;
+        if access.is_empty() {
+            continue; // a read rule where reads are not handled
+        }
         created = created
             .add_rule(PathBeneath::new(fd, access))
             .at(Step::Landlock)?;
@@ -224,6 +247,7 @@ pub fn restrict(
         enforced,
         scoped,
         tcp_restricted,
+        reads_handled: !reads_everywhere,
         skipped_paths: skipped,
     })
 }
