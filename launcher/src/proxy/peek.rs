@@ -36,7 +36,9 @@ pub enum FirstBytes {
 /// clearly something else, or `wait` has passed.
 pub async fn first_bytes(client: &TcpStream, wait: Duration) -> FirstBytes {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut buf = vec![0u8; MAX_PEEK];
+    // Small first: a ClientHello or a request header usually fits; grown only when it does not
+    // (thousands of idle tunnels may be waiting here at once).
+    let mut buf = vec![0u8; 2048];
     let mut last = 0;
     loop {
         let n = match tokio::time::timeout_at(deadline, client.peek(&mut buf)).await {
@@ -49,6 +51,9 @@ pub async fn first_bytes(client: &TcpStream, wait: Duration) -> FirstBytes {
             return FirstBytes::Silent;
         }
         match classify(&buf[..n]) {
+            FirstBytes::Incomplete { .. } if n == buf.len() && n < MAX_PEEK => {
+                buf.resize((n * 4).min(MAX_PEEK), 0);
+            }
             FirstBytes::Incomplete { .. } if n < MAX_PEEK => {
                 last = n;
                 // More of it is on its way; peek does not wait for new bytes, so pause briefly.
@@ -321,6 +326,58 @@ pub(crate) mod tests {
         .is_some());
         let ip = Host::parse("192.0.2.1").unwrap();
         assert_eq!(mismatch(&ip, &named("evil.test")), None);
+    }
+
+    /// A connected pair on 127.0.0.1: (what the proxy holds, what the client writes to).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (l.accept().await.unwrap().0, c)
+    }
+
+    #[tokio::test]
+    async fn a_large_client_hello_in_two_writes_is_waited_for_and_read_whole() {
+        use tokio::io::AsyncWriteExt;
+        let mut hello = client_hello(Some("big.example.com"));
+        // Pad the ClientHello with an unknown extension to ~6 KiB (past the first buffer).
+        let pad = 6000u16;
+        let ext_len_at = 5 + 4 + 2 + 32 + 1 + 4 + 2;
+        let exts = u16::from_be_bytes([hello[ext_len_at], hello[ext_len_at + 1]]) + 4 + pad;
+        hello[ext_len_at..ext_len_at + 2].copy_from_slice(&exts.to_be_bytes());
+        hello.extend_from_slice(&0xffffu16.to_be_bytes());
+        hello.extend_from_slice(&pad.to_be_bytes());
+        hello.extend(std::iter::repeat_n(0u8, usize::from(pad)));
+        let hs_len = (hello.len() - 9) as u32;
+        hello[6..9].copy_from_slice(&hs_len.to_be_bytes()[1..]);
+        let rec_len = (hello.len() - 5) as u16;
+        hello[3..5].copy_from_slice(&rec_len.to_be_bytes());
+
+        let (server, mut client) = pair().await;
+        client.write_all(&hello[..1000]).await.unwrap();
+        let rest = hello[1000..].to_vec();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client.write_all(&rest).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        });
+        assert_eq!(
+            first_bytes(&server, Duration::from_secs(2)).await,
+            FirstBytes::Named {
+                via: "TLS SNI",
+                name: "big.example.com".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_not_waited_for_longer_than_asked() {
+        let (server, _client) = pair().await;
+        let t = std::time::Instant::now();
+        assert_eq!(
+            first_bytes(&server, Duration::from_millis(50)).await,
+            FirstBytes::Silent
+        );
+        assert!(t.elapsed() < Duration::from_secs(1));
     }
 
     #[test]
