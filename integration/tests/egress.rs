@@ -440,3 +440,42 @@ fn doctor_says_whether_transparent_egress_works_here() {
         assert!(check["fix"].as_str().unwrap().contains("127.0.0.1:3128"));
     }
 }
+
+#[test]
+fn the_sandbox_cannot_undo_the_redirect() {
+    // The rules and the route live in the sandbox's own namespace, set up before the program
+    // ran; the program has no capability there. It tries to delete the default route and to
+    // talk to nftables; both are refused, and the redirect still filters afterwards (the twin:
+    // an allowed name is still reached through it).
+    let server = HostServer::start();
+    let port = server.port;
+    let script = format!(
+        r#"python3 - <<'PY'
+import socket, struct, errno
+# RTM_DELROUTE for the default route (rtmsg: AF_INET, dst_len 0, table main) with an ACK.
+rtmsg = struct.pack("BBBBBBBBI", socket.AF_INET, 0, 0, 0, 254, 0, 0, 0, 0)
+msg = struct.pack("=IHHII", 16 + len(rtmsg), 25, 0x1 | 0x4, 1, 0) + rtmsg
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+s.send(msg)
+ack = s.recv(4096)
+err = struct.unpack("=i", ack[16:20])[0]
+print("delroute", "refused" if err == -errno.EPERM else "errno %d" % -err)
+try:
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)  # NETLINK_NETFILTER
+    print("nfnetlink OPENED")
+except OSError as e:
+    print("nfnetlink refused", e.errno)
+PY
+curl -sS --noproxy '*' -m 10 http://allowed.test:{port}/after-tampering; echo " rc=$?"
+"#
+    );
+    for caller in CALLERS {
+        let work = TempDir::new("egress-tamper");
+        let out = sh(caller, &work.path, &allow_opts("/dev/null"), &script);
+        let text = stdout(&out);
+        let ctx = || format!("{caller:?}: {}", explain(&out));
+        assert!(text.contains("delroute refused"), "{}", ctx());
+        assert!(text.contains("nfnetlink refused"), "{}", ctx());
+        assert!(text.contains("path=/after-tampering rc=0"), "{}", ctx());
+    }
+}
