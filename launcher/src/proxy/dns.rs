@@ -138,10 +138,11 @@ pub fn answer(q: &[u8], proxy: &Proxy) -> Option<Vec<u8>> {
         _ => return Some(reply(q, None, RCODE_FORMERR, None)),
     };
     let echoed = &q[12..question.end];
-    let host = match Host::parse(&question.name) {
-        Ok(h @ Host::Name(_)) => h,
+    let name = match Host::parse(&question.name) {
+        Ok(Host::Name(name)) => name,
         _ => return Some(reply(q, Some(echoed), RCODE_NXDOMAIN, None)),
     };
+    let host = Host::Name(name.clone());
     let decision = proxy.decider.resolvable(&host);
     if !decision.verdict.lets_through() {
         // Resolvers ask for A and AAAA together: one event per lookup is enough.
@@ -150,13 +151,10 @@ pub fn answer(q: &[u8], proxy: &Proxy) -> Option<Vec<u8>> {
         }
         return Some(reply(q, Some(echoed), RCODE_NXDOMAIN, None));
     }
-    let Host::Name(name) = &host else {
-        unreachable!()
-    };
     if question.qclass != CLASS_IN || !matches!(question.qtype, TYPE_A | TYPE_ANY) {
         return Some(reply(q, Some(echoed), 0, None));
     }
-    match proxy.stand_ins.address_for(name) {
+    match proxy.stand_ins.address_for(&name) {
         Some(addr) => Some(reply(q, Some(echoed), 0, Some(addr))),
         None => Some(reply(q, Some(echoed), RCODE_SERVFAIL, None)),
     }
