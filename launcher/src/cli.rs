@@ -129,8 +129,9 @@ pub struct SandboxArgs {
     /// Let the proxy resolve HOST to ADDR without asking DNS (curl's `--resolve`; repeatable).
     #[arg(long, value_name = "HOST:ADDR")]
     pub resolve: Vec<String>,
-    /// Write every network decision (time, host, port, binary, decision, reason) as JSON Lines
-    /// to FILE (appended) or to descriptor N (`fd:N`).
+    /// Write JSON Lines to FILE (appended) or to descriptor N (`fd:N`): the sandbox's lifecycle
+    /// (launch, warning, verified, running, exited, failed) and every network decision (time,
+    /// host, port, binary, decision, reason, rule, protocol).
     #[arg(long, value_name = "FILE|fd:N")]
     pub events: Option<String>,
     /// seccomp policy: the name of an embedded one (default: `default`) or a seccompiler JSON file.
