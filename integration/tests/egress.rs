@@ -479,3 +479,42 @@ curl -sS --noproxy '*' -m 10 http://allowed.test:{port}/after-tampering; echo " 
         assert!(text.contains("path=/after-tampering rc=0"), "{}", ctx());
     }
 }
+
+#[test]
+fn the_stub_is_used_when_the_policy_lists_what_may_be_read() {
+    // OpenShell allow-list mode without /etc: the sandbox's resolv.conf is still there and
+    // readable, and names resolve through the stub.
+    for caller in CALLERS {
+        let work = TempDir::new("egress-allowlist");
+        let policy = work.write(
+            "policy.yaml",
+            "version: 1\nfilesystem_policy:\n  include_workdir: true\n  read_only: [/usr, /lib, /lib64, /bin]\n",
+        );
+        work.give_to_sandbox_user(&policy);
+        let out = sh(
+            caller,
+            &work.path,
+            &[
+                "--policy",
+                policy.to_str().unwrap(),
+                "--resolve",
+                "allowed.test:127.0.0.1",
+                "--allow-domain",
+                "allowed.test",
+            ],
+            r#"grep nameserver /etc/resolv.conf
+/usr/bin/python3 -c 'import socket; print("resolved", socket.gethostbyname("allowed.test"))'"#,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("nameserver 127.0.0.1"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("resolved 198.18."),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}

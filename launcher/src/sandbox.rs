@@ -202,7 +202,7 @@ pub fn prepare(
     let mut layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
     if resolver_conf {
         let conf = proxy::launch::resolv_conf().map_err(policy_error)?;
-        proxy::launch::bind_resolv_conf(&mut layout.mounts, conf);
+        proxy::launch::bind_resolv_conf(&mut layout.mounts, &mut layout.landlock, conf);
     }
     if let Some(bundle) = trust_bundle {
         proxy::launch::trust_env(&mut env);

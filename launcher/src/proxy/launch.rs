@@ -16,7 +16,7 @@ use super::inspect::Inspector;
 use super::resolve::{parse_override, Resolver};
 use super::{proxy_env, Protocol, Proxy, DNS_PORT, LISTENERS, TRANSPARENT_PORT};
 use crate::policy::model::{NetworkPolicy, Source, Sourced};
-use shim::spec::{MountOp, MountPlan, Transparent};
+use shim::spec::{Access, LandlockRule, MountOp, MountPlan, Transparent};
 
 /// The proxy of one sandbox, ready to serve.
 pub struct Restricted {
@@ -135,8 +135,9 @@ pub fn resolv_conf() -> Result<PathBuf> {
 }
 
 /// Bind `conf` over /etc/resolv.conf inside (or over the file it links to, such as
-/// systemd-resolved's stub file under /run, which is a fresh tmpfs inside).
-pub fn bind_resolv_conf(plan: &mut MountPlan, conf: PathBuf) {
+/// systemd-resolved's stub file under /run, which is a fresh tmpfs inside), readable even when
+/// the policy lists what may be read and /etc is not among it.
+pub fn bind_resolv_conf(plan: &mut MountPlan, landlock: &mut Vec<LandlockRule>, conf: PathBuf) {
     let link = Path::new("/etc/resolv.conf");
     let target = match std::fs::read_link(link) {
         Ok(to) => std::fs::canonicalize(link).unwrap_or_else(|_| {
@@ -145,6 +146,10 @@ pub fn bind_resolv_conf(plan: &mut MountPlan, conf: PathBuf) {
         }),
         Err(_) => link.to_path_buf(),
     };
+    landlock.push(LandlockRule {
+        path: target.clone(),
+        access: Access::Read,
+    });
     plan.ops.push(MountOp::ReadOnly {
         source: conf,
         target,
@@ -283,6 +288,18 @@ pub fn start(mut proxy: Proxy, mut fds: Vec<OwnedFd>, transparent: bool) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resolv_conf_symlink_is_followed_lexically() {
+        assert_eq!(
+            lexical_normalize(Path::new("/etc/../run/systemd/resolve/stub-resolv.conf")),
+            Path::new("/run/systemd/resolve/stub-resolv.conf")
+        );
+        assert_eq!(
+            lexical_normalize(Path::new("/etc/./resolv.conf")),
+            Path::new("/etc/resolv.conf")
+        );
+    }
 
     #[test]
     fn caller_proxy_variables_are_replaced() {
