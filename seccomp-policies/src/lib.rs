@@ -9,6 +9,21 @@
 /// The embedded policies, by name.
 pub const POLICIES: &[(&str, &str)] = &[("default", include_str!("../policies/default.json"))];
 
+/// One BPF instruction: `(code, jt, jf, k)`.
+pub type Insn = (u16, u8, u8, u32);
+/// A policy's filters by name.
+pub type Filters = &'static [(&'static str, &'static [Insn])];
+
+include!(concat!(env!("OUT_DIR"), "/compiled.rs"));
+
+/// The filters of the embedded policy whose JSON is `json`, compiled at build time for the
+/// target architecture, by filter name: `(code, jt, jf, k)` BPF instructions. `None` for any
+/// other JSON (or an architecture seccompiler does not know).
+pub fn precompiled(json: &str) -> Option<Filters> {
+    let (name, _) = POLICIES.iter().find(|(_, j)| *j == json)?;
+    COMPILED.iter().find(|(n, _)| n == name).map(|(_, f)| *f)
+}
+
 /// The JSON of the embedded policy called `name`.
 pub fn get(name: &str) -> Option<&'static str> {
     POLICIES
@@ -21,6 +36,25 @@ pub fn get(name: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
     use seccompiler::TargetArch;
+
+    /// What the build compiled is what compiling the JSON now gives.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_precompiled_filters_match_the_json() {
+        for (name, json) in POLICIES {
+            let now = seccompiler::compile_from_json(json.as_bytes(), TargetArch::x86_64).unwrap();
+            let built = precompiled(json).unwrap_or_else(|| panic!("{name} is not precompiled"));
+            assert_eq!(built.len(), now.len());
+            for (filter, insns) in built {
+                let expected: Vec<Insn> = now[*filter]
+                    .iter()
+                    .map(|i| (i.code, i.jt, i.jf, i.k))
+                    .collect();
+                assert_eq!(&expected[..], *insns, "{name}/{filter}");
+            }
+        }
+        assert!(precompiled("{}").is_none());
+    }
 
     /// The policies are data read at run time: a syscall name missing on one architecture would
     /// only show up there. Compile every policy for every architecture seccompiler knows.

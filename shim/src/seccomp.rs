@@ -42,9 +42,21 @@ pub fn compile(spec: &SeccompSpec) -> Result<BpfProgram> {
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e| anyhow!("seccomp: unsupported architecture: {e:?}"))?;
-    let mut filters: HashMap<String, BpfProgram> =
-        seccompiler::compile_from_json(spec.json.as_bytes(), arch)
-            .with_context(|| format!("seccomp policy '{}'", spec.name))?;
+    // An embedded policy was compiled when the binary was built; only other JSON is compiled now.
+    let mut filters: HashMap<String, BpfProgram> = match seccomp_policies::precompiled(&spec.json) {
+        Some(built) => built
+            .iter()
+            .map(|(name, insns)| {
+                let prog = insns
+                    .iter()
+                    .map(|&(code, jt, jf, k)| seccompiler::sock_filter { code, jt, jf, k })
+                    .collect();
+                (name.to_string(), prog)
+            })
+            .collect(),
+        None => seccompiler::compile_from_json(spec.json.as_bytes(), arch)
+            .with_context(|| format!("seccomp policy '{}'", spec.name))?,
+    };
     let main = filters.remove(MAIN_FILTER).ok_or_else(|| {
         anyhow!(
             "seccomp policy '{}' has no filter named \"{MAIN_FILTER}\"",
