@@ -68,8 +68,8 @@ def works(prefix, unpriv):
         return str(e)
     return None if p.returncode == 0 else (p.stderr.decode(errors="replace").strip().splitlines() or ["exit %d" % p.returncode])[-1]
 
-def hyperfine(cmd, unpriv, cwd=WORK, runs=RUNS):
-    """Median, min, max in ms of `cmd`, run by hyperfine (itself as the user, so no setpriv cost)."""
+def hyperfine_times(cmd, unpriv, cwd=WORK, runs=RUNS):
+    """Every run's wall time in ms of `cmd`, run by hyperfine (itself as the user, so no setpriv cost)."""
     out = tempfile.NamedTemporaryFile(dir=B, suffix=".json", delete=False)
     out.close()
     os.chmod(out.name, 0o666)
@@ -79,7 +79,14 @@ def hyperfine(cmd, unpriv, cwd=WORK, runs=RUNS):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     res = json.load(open(out.name))["results"][0]
     os.unlink(out.name)
-    return res["median"] * 1e3, res["min"] * 1e3, res["max"] * 1e3
+    return [t * 1e3 for t in res["times"]]
+
+def summary(times):
+    return statistics.median(times), min(times), max(times)
+
+def hyperfine(cmd, unpriv, cwd=WORK, runs=RUNS):
+    """Median, min, max in ms of `cmd`."""
+    return summary(hyperfine_times(cmd, unpriv, cwd, runs))
 
 def shlex_quote(s):
     import shlex
@@ -121,10 +128,14 @@ def add_group(section, what, unit, results, lower_is_better=True, baseline=None)
             note = f"{v[0] / b:.2f}× {baseline}" if unit != "ms" else f"+{v[0] - b:.2f} ms vs {baseline}"
         rows.append((section, what, tool, v[0], v[1], v[2], unit, ratio, note))
 
+# Launch times drift on a shared VM by more than the differences measured; the tools take turns
+# in rounds, so drift falls on all of them alike, and each row pools its runs of every round.
+ROUNDS = 2 if QUICK else 6
+
 def launch_rows():
     for unpriv in ([False, True] if IS_ROOT else [False]):
         who = "uid 65534" if (unpriv or not IS_ROOT) else "root"
-        res = {}
+        res, times = {}, {}
         for tool, prefix in runners().items():
             if prefix is None:
                 res[tool] = NOTES.get(tool, "not available")
@@ -133,10 +144,19 @@ def launch_rows():
             if why:
                 res[tool] = f"fails here: {why[:80]}"
                 continue
-            try:
-                res[tool] = hyperfine(prefix + ["/bin/true"], unpriv)
-            except subprocess.CalledProcessError:
-                res[tool] = "fails here: some of the runs exited non-zero"
+            times[tool] = []
+        for _ in range(ROUNDS):
+            for tool in list(times):
+                try:
+                    times[tool] += hyperfine_times(runners()[tool] + ["/bin/true"], unpriv,
+                                                   runs=max(RUNS // ROUNDS, 3))
+                except subprocess.CalledProcessError:
+                    res[tool] = "fails here: some of the runs exited non-zero"
+                    del times[tool]
+        for tool, t in times.items():
+            res[tool] = summary(t)
+        # Keep the runners' order in the table.
+        res = {tool: res[tool] for tool in runners() if tool in res}
         add_group("launch", f"/bin/true, as {who}", "ms", res, baseline="unshare")
 
 def syscall_rows():
@@ -224,7 +244,8 @@ def main():
     proxy_rows()
     print("bench: footprint...", file=sys.stderr)
     footprint_rows()
-    print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine) "
+    print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine; "
+          f"launch rows: {ROUNDS} interleaved rounds) "
           "or 5 loops (syscalls); ratio = median / best peer's median (peers: bwrap, srt, nsjail).\n")
     print("| section | measurement | tool | median | min–max | unit | × best peer | note |")
     print("| --- | --- | --- | ---: | ---: | --- | ---: | --- |")
