@@ -2,7 +2,7 @@
 //! exit with the target's status. Nothing outlives it: the shim dies with it (parent-death
 //! signal) and takes the whole PID namespace along.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use seccompiler::BpfProgram;
 use serde_json::json;
@@ -13,9 +13,18 @@ use shim::spec::SandboxSpec;
 use crate::namespaces::{self, Identity};
 use crate::status::StatusSink;
 
-/// Called with the proxy listeners the shim created inside (restricted network).
-/// Called with the sockets the shim created inside, and whether transparent egress is up.
-pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>, bool) -> anyhow::Result<()> + 'a>;
+/// Called with the sockets the shim created inside, and whether transparent egress is up;
+/// returns what to start once one of them has something to accept or read.
+pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>, bool) -> anyhow::Result<OnDemand> + 'a>;
+
+/// Work started on first use: the proxy's runtime and thread cost about half a millisecond of a
+/// launch, which a sandbox that never talks to the network does not need to pay. The kernel
+/// queues connections (and DNS datagrams) on the sockets until then.
+pub struct OnDemand {
+    /// Descriptors to watch for readability; `start` owns them.
+    pub fds: Vec<RawFd>,
+    pub start: Box<dyn FnOnce() -> anyhow::Result<()>>,
+}
 
 pub struct Launch<'a> {
     pub spec: SandboxSpec,
@@ -54,6 +63,7 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
             Err(e) => return fail(launch.status, &e),
         };
     let sync = shim_proc.sync.as_raw_fd();
+    let mut on_demand = None;
     loop {
         let msg = match channel::recv::<FromShim>(sync) {
             Ok(Some(m)) => m,
@@ -87,10 +97,13 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
             }
             (FromShim::Listeners { transparent }, fds) => {
                 if let Some(cb) = launch.on_listeners.take() {
-                    if let Err(e) = cb(fds, transparent) {
-                        namespaces::kill_and_reap(shim_proc.pid);
-                        let e = StepError::new(Step::Network, format!("{e:#}"), None);
-                        return fail(launch.status, &e);
+                    match cb(fds, transparent) {
+                        Ok(d) => on_demand = Some(d),
+                        Err(e) => {
+                            namespaces::kill_and_reap(shim_proc.pid);
+                            let e = StepError::new(Step::Network, format!("{e:#}"), None);
+                            return fail(launch.status, &e);
+                        }
                     }
                 }
             }
@@ -117,7 +130,17 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
         }
     }
     drop(shim_proc.sync);
-    let code = forward_until_exit(shim_proc.pid);
+    let code = match on_demand {
+        None => forward_until_exit(shim_proc.pid),
+        Some(d) => match forward_starting_on_demand(shim_proc.pid, d) {
+            Ok(code) => code,
+            Err(e) => {
+                // Without signalfd/poll, start now and wait the plain way.
+                eprintln!("sandbox-launch: {e:#}");
+                forward_until_exit(shim_proc.pid)
+            }
+        },
+    };
     launch
         .status
         .emit(json!({"status": "exited", "exit_code": code}));
@@ -159,6 +182,75 @@ fn decode(status: libc::c_int) -> i32 {
 
 /// Pass signals that a process sent to the launcher on to the shim (which passes them to the
 /// target) until the shim exits. Signals from the terminal already reach the target directly.
+/// `forward_until_exit`, also watching `d.fds`: the first time one is readable, `d.start` runs.
+/// A failing start is reported and the sandbox goes on without it (its network then answers
+/// nothing: closed, not open).
+fn forward_starting_on_demand(pid: libc::pid_t, d: OnDemand) -> anyhow::Result<i32> {
+    use anyhow::Context;
+    let set = wait_set();
+    // SAFETY: signalfd on a valid, fully initialised set; the signals are blocked (block_signals).
+    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+    if sfd < 0 {
+        (d.start)().context("start the proxy")?;
+        anyhow::bail!("signalfd: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let sfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(sfd) };
+    let mut pending = Some(d);
+    loop {
+        let mut status = 0;
+        // SAFETY: non-blocking waitpid on our own child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            return Ok(decode(status));
+        }
+        let mut fds = vec![libc::pollfd {
+            fd: sfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(d) = &pending {
+            fds.extend(d.fds.iter().map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }));
+        }
+        // SAFETY: poll on descriptors we hold, with the right count.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            continue; // EINTR
+        }
+        if fds[1..].iter().any(|p| p.revents != 0) {
+            if let Some(d) = pending.take() {
+                if let Err(e) = (d.start)() {
+                    eprintln!("sandbox-launch: proxy: {e:#}");
+                }
+            }
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            // SAFETY: signalfd_siginfo is plain data; read fills it.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: reading one record into a buffer of its size.
+            let r = unsafe {
+                libc::read(
+                    sfd.as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    size,
+                )
+            };
+            if r as usize != size {
+                continue;
+            }
+            let sig = info.ssi_signo as libc::c_int;
+            if sig != libc::SIGCHLD && info.ssi_code <= 0 {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+    }
+}
+
 fn forward_until_exit(pid: libc::pid_t) -> i32 {
     let set = wait_set();
     loop {

@@ -3,7 +3,7 @@
 //! the in-sandbox ports, and the callback that starts serving once the shim hands over the
 //! listening sockets.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -254,9 +254,14 @@ pub fn set_env(env: &mut Vec<(String, String)>) {
     env.extend(ours);
 }
 
-/// Start serving on the sockets the shim created inside (called after the clone): the proxy's
-/// listeners, then, with transparent egress, its listener and the DNS stub's socket.
-pub fn start(mut proxy: Proxy, mut fds: Vec<OwnedFd>, transparent: bool) -> Result<()> {
+/// Prepare to serve on the sockets the shim created inside (called after the clone): the proxy's
+/// listeners, then, with transparent egress, its listener and the DNS stub's socket. The runtime
+/// and its thread start on first use (see `supervisor::OnDemand`).
+pub fn start(
+    mut proxy: Proxy,
+    mut fds: Vec<OwnedFd>,
+    transparent: bool,
+) -> Result<crate::supervisor::OnDemand> {
     let expected = LISTENERS.len() + if transparent { 2 } else { 0 };
     if fds.len() != expected {
         bail!(
@@ -264,6 +269,7 @@ pub fn start(mut proxy: Proxy, mut fds: Vec<OwnedFd>, transparent: bool) -> Resu
             fds.len(),
         );
     }
+    let raw: Vec<std::os::fd::RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let extra = fds.split_off(LISTENERS.len());
     let mut listeners: Vec<(Protocol, std::net::TcpListener)> = LISTENERS
         .iter()
@@ -281,8 +287,13 @@ pub fn start(mut proxy: Proxy, mut fds: Vec<OwnedFd>, transparent: bool) -> Resu
     if let Some(owners) = SocketOwners::of_only_child() {
         proxy.identify = Some(Box::new(move |peer, local| owners.identify(peer, local)));
     }
-    super::spawn(listeners, dns, proxy).context("start the proxy")?;
-    Ok(())
+    Ok(crate::supervisor::OnDemand {
+        fds: raw,
+        start: Box::new(move || {
+            super::spawn(listeners, dns, proxy).context("start the proxy")?;
+            Ok(())
+        }),
+    })
 }
 
 #[cfg(test)]
