@@ -333,9 +333,16 @@ fn stragglers_are_killed_when_the_target_exits() {
 
 #[test]
 fn sigterm_to_the_launcher_reaches_the_target() {
-    for caller in CALLERS {
+    // Twice: before the proxy has started (it starts on first use) and after a request started it.
+    for (caller, prelude) in CALLERS.into_iter().flat_map(|c| {
+        [
+            (c, ""),
+            (c, "curl -s -m 5 http://denied.test/ >/dev/null; "),
+        ]
+    }) {
         let work = TempDir::new("sigterm");
-        let script = "trap 'echo got-term > term.txt; exit 42' TERM; echo ready > ready.txt; while :; do sleep 0.05; done";
+        let script = format!("{prelude}trap 'echo got-term > term.txt; exit 42' TERM; echo ready > ready.txt; while :; do sleep 0.05; done");
+        let script = script.as_str();
         let mut child = command(
             caller,
             &work.path,
@@ -347,7 +354,7 @@ fn sigterm_to_the_launcher_reaches_the_target() {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = child.wait().unwrap();
-        assert_eq!(status.code(), Some(42), "{caller:?}");
+        assert_eq!(status.code(), Some(42), "{caller:?} {prelude:?}");
         assert_eq!(
             std::fs::read_to_string(work.join("term.txt")).unwrap(),
             "got-term\n"
