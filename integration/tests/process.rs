@@ -284,7 +284,7 @@ fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
 }
 
 #[test]
-fn sigkill_of_the_launcher_leaves_no_process_behind() {
+fn sigkill_of_the_launcher_leaves_no_process_and_no_file_behind() {
     for caller in CALLERS {
         let work = TempDir::new("sigkill");
         let marker = format!("{}", 900_000 + std::process::id() % 10_000);
@@ -308,6 +308,15 @@ fn sigkill_of_the_launcher_leaves_no_process_behind() {
         wait_until(
             || processes_with(&format!("sleep {marker}")).is_empty(),
             "the sandbox to die",
+        );
+        // Files the inside needs (resolv.conf for the DNS stub, a TLS trust bundle) are written
+        // by the shim into its own tmpfs, never on the host where a killed launcher would leave
+        // them.
+        let leftover = std::path::Path::new("/tmp").join(format!("sandbox-launch-{}", child.id()));
+        assert!(
+            !leftover.exists(),
+            "{caller:?}: {} was left behind",
+            leftover.display()
         );
     }
 }

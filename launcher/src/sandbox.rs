@@ -201,8 +201,7 @@ pub fn prepare(
     };
     let mut layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
     if resolver_conf {
-        let conf = proxy::launch::resolv_conf().map_err(policy_error)?;
-        proxy::launch::bind_resolv_conf(&mut layout.mounts, &mut layout.landlock, conf);
+        proxy::launch::bind_resolv_conf(&mut layout.mounts, &mut layout.landlock);
     }
     if let Some(bundle) = trust_bundle {
         proxy::launch::trust_env(&mut env);
@@ -303,7 +302,6 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         }),
     });
     report_created(&watch, &mut status);
-    proxy::launch::remove_state_dir();
     code
 }
 

@@ -232,6 +232,31 @@ fn apply(op: &MountOp) -> R<()> {
             )
             .at(Step::Mounts)
         }
+        MountOp::File { target, contents } => {
+            // In the staging root (now `/`), which is detached at the end; the bind keeps it.
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let src = PathBuf::from(format!("/file-{n}"));
+            std::fs::write(&src, contents)
+                .map_err(|e| format!("write {}: {e}", src.display()))
+                .at(Step::Mounts)?;
+            sys::chmod(&src, 0o644).at(Step::Mounts)?;
+            let tgt = in_newroot(target);
+            ensure_mountpoint(&tgt, false)?;
+            bind(&src, &tgt, false)?;
+            sys::mount(
+                None,
+                &tgt,
+                None,
+                libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+                None,
+            )
+            .at(Step::Mounts)
+        }
         MountOp::Mask { target, dir } => {
             let tgt = in_newroot(target);
             let src = if *dir { MASK_DIR } else { MASK_FILE };

@@ -53,6 +53,9 @@ pub enum MountOp {
     Tmpfs { target: PathBuf, mode: u32 },
     /// An empty, mode-000, read-only file or directory over `target`.
     Mask { target: PathBuf, dir: bool },
+    /// A read-only file with these contents over `target`, written by the shim into its own
+    /// staging tmpfs (nothing is written on the host).
+    File { target: PathBuf, contents: String },
     /// A symlink in the (tmpfs) root: `target` -> `link`.
     Symlink { target: PathBuf, link: PathBuf },
 }

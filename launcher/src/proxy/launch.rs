@@ -23,9 +23,9 @@ pub struct Restricted {
     pub proxy: Proxy,
     /// Ports the shim listens on inside, in the order it hands the sockets over.
     pub listen_ports: Vec<u16>,
-    /// With TLS inspection: the host's CA bundle plus the sandbox's CA, written on the host, to
-    /// be bound over the system bundle inside.
-    pub trust_bundle: Option<PathBuf>,
+    /// With TLS inspection: the host's CA bundle plus the sandbox's CA, to be put over the
+    /// system bundle inside.
+    pub trust_bundle: Option<String>,
     /// Transparent egress: the ports of its listener and DNS stub inside.
     pub transparent: Option<Transparent>,
     /// The TCP ports some rule allows (`None`: a rule allows any port).
@@ -73,7 +73,7 @@ pub fn trust_env(env: &mut Vec<(String, String)>) {
 
 /// Bind the bundle over the system bundle inside, when that path exists inside; otherwise say
 /// why HTTPS to inspected hosts will not be trusted.
-pub fn bind_trust_bundle(plan: &mut MountPlan, bundle: PathBuf) -> Option<String> {
+pub fn bind_trust_bundle(plan: &mut MountPlan, bundle: String) -> Option<String> {
     let target = Path::new(SYSTEM_BUNDLE);
     let visible = plan.host_root
         || plan.ops.iter().any(|op| match op {
@@ -87,57 +87,22 @@ pub fn bind_trust_bundle(plan: &mut MountPlan, bundle: PathBuf) -> Option<String
             "TLS inspection: {SYSTEM_BUNDLE} is not in the sandbox, so programs will not trust the sandbox CA; add /etc/ssl to the readable paths"
         ));
     }
-    plan.ops.push(MountOp::ReadOnly {
-        source: bundle,
+    plan.ops.push(MountOp::File {
         target: target.to_path_buf(),
+        contents: bundle,
     });
     None
 }
 
-/// The directory of this launch's files for the inside (trust bundle, resolv.conf), removed
-/// when the sandbox has ended. Public data only.
-static STATE_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-fn state_dir() -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    if let Some(dir) = STATE_DIR.get() {
-        return Ok(dir.clone());
-    }
-    let dir = std::env::temp_dir().join(format!("sandbox-launch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-    let _ = STATE_DIR.set(dir.clone());
-    Ok(dir)
-}
-
-/// Remove the files written for this launch, if any.
-pub fn remove_state_dir() {
-    if let Some(dir) = STATE_DIR.get() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
-fn write_public(name: &str, contents: &str) -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = state_dir()?.join(name);
-    std::fs::write(&path, contents).with_context(|| format!("write {}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-    Ok(path)
-}
-
 /// The resolver configuration of the inside: the DNS stub only.
-pub fn resolv_conf() -> Result<PathBuf> {
-    write_public(
-        "resolv.conf",
-        "# sandbox-launch: the sandbox's DNS stub; it answers only names the policy allows\n\
-         nameserver 127.0.0.1\noptions attempts:1 timeout:2\n",
-    )
-}
+const RESOLV_CONF: &str =
+    "# sandbox-launch: the sandbox's DNS stub; it answers only names the policy allows\n\
+                           nameserver 127.0.0.1\noptions attempts:1 timeout:2\n";
 
 /// Bind `conf` over /etc/resolv.conf inside (or over the file it links to, such as
 /// systemd-resolved's stub file under /run, which is a fresh tmpfs inside), readable even when
 /// the policy lists what may be read and /etc is not among it.
-pub fn bind_resolv_conf(plan: &mut MountPlan, landlock: &mut Vec<LandlockRule>, conf: PathBuf) {
+pub fn bind_resolv_conf(plan: &mut MountPlan, landlock: &mut Vec<LandlockRule>) {
     let link = Path::new("/etc/resolv.conf");
     let target = match std::fs::read_link(link) {
         Ok(to) => std::fs::canonicalize(link).unwrap_or_else(|_| {
@@ -150,9 +115,9 @@ pub fn bind_resolv_conf(plan: &mut MountPlan, landlock: &mut Vec<LandlockRule>, 
         path: target.clone(),
         access: Access::Read,
     });
-    plan.ops.push(MountOp::ReadOnly {
-        source: conf,
+    plan.ops.push(MountOp::File {
         target,
+        contents: RESOLV_CONF.to_string(),
     });
 }
 
@@ -173,12 +138,12 @@ fn lexical_normalize(p: &Path) -> PathBuf {
 
 /// The host's bundle followed by the sandbox CA, in a directory of its own (public data only:
 /// the CA's key never leaves the supervisor's memory).
-fn write_trust_bundle(ca_pem: &str) -> Result<PathBuf> {
+fn trust_bundle_with(ca_pem: &str) -> String {
     let host = HOST_BUNDLES
         .iter()
         .find_map(|p| std::fs::read_to_string(p).ok())
         .unwrap_or_default();
-    write_public("ca-certificates.crt", &format!("{host}\n{ca_pem}"))
+    format!("{host}\n{ca_pem}")
 }
 
 /// Compile the policy's rules, the `--resolve` pins and the events sink.
@@ -200,7 +165,7 @@ pub fn prepare(
     let mut trust_bundle = None;
     if inspect {
         let inspector = Inspector::new(&[]).context("TLS inspection")?;
-        trust_bundle = Some(write_trust_bundle(&inspector.ca_pem())?);
+        trust_bundle = Some(trust_bundle_with(&inspector.ca_pem()));
         proxy.inspector = Some(Arc::new(inspector));
     }
     Ok(Restricted {
