@@ -518,3 +518,65 @@ fn the_stub_is_used_when_the_policy_lists_what_may_be_read() {
         );
     }
 }
+
+/// A server on the host's 127.0.0.1 that speaks first (as SMTP or FTP do): it sends a banner,
+/// then echoes one line back prefixed with `echo:`.
+fn banner_server() -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let _ = stream.write_all(b"220 banner-from-host\r\n");
+                let mut line = String::new();
+                let _ = BufReader::new(stream.try_clone().unwrap()).read_line(&mut line);
+                let _ = write!(stream, "echo:{line}");
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn server_first_protocols_get_their_banner_before_the_client_speaks() {
+    // The client reads the banner before sending anything — through CONNECT and through the
+    // transparent redirect — then its line (not HTTP, not TLS: nothing to check) goes through.
+    let port = banner_server();
+    let client = |label: &str, via_proxy: bool| {
+        let connect = if via_proxy {
+            format!(
+                "s = socket.create_connection((\"127.0.0.1\", 3128), timeout=10)
+s.sendall(b\"CONNECT allowed.test:{port} HTTP/1.1\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n\")
+assert s.recv(200).startswith(b\"HTTP/1.1 200\")"
+            )
+        } else {
+            format!("s = socket.create_connection((\"allowed.test\", {port}), timeout=10)")
+        };
+        format!(
+            r#"python3 -c '
+import socket
+{connect}
+f = s.makefile("rb")
+banner = f.readline().decode().strip()
+s.sendall(b"hello\n")
+print("{label}", banner, f.readline().decode().strip())
+'
+"#
+        )
+    };
+    for caller in CALLERS {
+        let work = TempDir::new("egress-banner");
+        let script = client("connect:", true) + &client("transparent:", false);
+        let out = sh(caller, &work.path, &allow_opts("/dev/null"), &script);
+        let text = stdout(&out);
+        for label in ["connect:", "transparent:"] {
+            assert!(
+                text.contains(&format!("{label} 220 banner-from-host echo:hello")),
+                "{caller:?} {label}: {}",
+                explain(&out)
+            );
+        }
+    }
+}

@@ -16,7 +16,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use super::decide::{Channel, Decision, Verdict};
@@ -127,22 +126,15 @@ async fn connect(
         match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
             Ok(parts) => {
                 let client = parts.io.into_inner();
-                if let Some(why) = super::peek::check_tunnel(&client, &parts.read_buf, &host).await
-                {
+                let early = parts.read_buf.to_vec();
+                if let Some(why) = super::tunnel::relay_for(client, upstream, early, &host).await {
                     let mut refused = decision;
                     refused.verdict = super::decide::Verdict::Deny;
                     refused.reason = why;
                     proxy
                         .events
                         .decision("connect", &refused, binary.as_ref(), None);
-                    return super::tunnel::reset(client);
                 }
-                let mut upstream = upstream;
-                if !parts.read_buf.is_empty() && upstream.write_all(&parts.read_buf).await.is_err()
-                {
-                    return;
-                }
-                super::tunnel::relay(client, upstream).await;
             }
             Err(upgraded) => {
                 let mut client = TokioIo::new(upgraded);

@@ -11,9 +11,13 @@ use tokio::net::TcpStream;
 
 use super::matcher::Host;
 
-/// How long a silent client is waited for before the connection is treated as server-first
-/// (SMTP, databases): such protocols carry no name to check.
+/// Where the name must come from the bytes (a transparent connection to an address the program
+/// found itself), how long a silent client is waited for before the connection is treated as
+/// server-first (SMTP, databases): such protocols carry no name. Tunnels opened for a name do
+/// not wait: the server's bytes flow at once and the client's are checked when they come.
 pub const FIRST_BYTES_WAIT: Duration = Duration::from_millis(200);
+/// Once a client has started a TLS record or an HTTP header, how long it has to complete it.
+pub const COMPLETE_WAIT: Duration = Duration::from_secs(2);
 /// A ClientHello or an HTTP header block larger than this is not waited for.
 const MAX_PEEK: usize = 16 * 1024;
 
@@ -32,16 +36,23 @@ pub enum FirstBytes {
     Incomplete { what: &'static str },
 }
 
-/// Peek at the client until its first TLS record or HTTP header block is complete, it is
-/// clearly something else, or `wait` has passed.
-pub async fn first_bytes(client: &TcpStream, wait: Duration) -> FirstBytes {
-    let deadline = tokio::time::Instant::now() + wait;
+/// Peek at the client until its first TLS record or HTTP header block is complete or it is
+/// clearly something else. The first byte is waited for `wait` (`None`: until it comes or the
+/// client closes); the rest of a started record or header for `COMPLETE_WAIT`.
+pub async fn first_bytes(client: &TcpStream, wait: Option<Duration>) -> FirstBytes {
+    let silent_deadline = wait.map(|w| tokio::time::Instant::now() + w);
+    let mut complete_deadline = None;
     // Small first: a ClientHello or a request header usually fits; grown only when it does not
     // (thousands of idle tunnels may be waiting here at once).
     let mut buf = vec![0u8; 2048];
     let mut last = 0;
     loop {
-        let n = match tokio::time::timeout_at(deadline, client.peek(&mut buf)).await {
+        let deadline = complete_deadline.or(silent_deadline);
+        let peeked = match deadline {
+            Some(d) => tokio::time::timeout_at(d, client.peek(&mut buf)).await,
+            None => Ok(client.peek(&mut buf).await),
+        };
+        let n = match peeked {
             Ok(Ok(n)) => n,
             Ok(Err(_)) => return FirstBytes::Silent,
             Err(_) if last == 0 => return FirstBytes::Silent,
@@ -50,12 +61,16 @@ pub async fn first_bytes(client: &TcpStream, wait: Duration) -> FirstBytes {
         if n == 0 {
             return FirstBytes::Silent;
         }
+        let started = *complete_deadline.get_or_insert(tokio::time::Instant::now() + COMPLETE_WAIT);
         match classify(&buf[..n]) {
             FirstBytes::Incomplete { .. } if n == buf.len() && n < MAX_PEEK => {
                 buf.resize((n * 4).min(MAX_PEEK), 0);
             }
             FirstBytes::Incomplete { .. } if n < MAX_PEEK => {
                 last = n;
+                if tokio::time::Instant::now() >= started {
+                    return classify(&buf[..n]);
+                }
                 // More of it is on its way; peek does not wait for new bytes, so pause briefly.
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -75,21 +90,22 @@ pub fn mismatch(host: &Host, first: &FirstBytes) -> Option<String> {
             )),
         },
         (FirstBytes::Incomplete { what }, _) => Some(format!(
-            "the client's first {what} did not arrive complete within {} ms, so the host it asks for cannot be checked",
-            FIRST_BYTES_WAIT.as_millis()
+            "the client's first {what} did not arrive complete within {} s, so the host it asks for cannot be checked",
+            COMPLETE_WAIT.as_secs()
         )),
         _ => None,
     }
 }
 
-/// For a tunnel opened to `host` (CONNECT, SOCKS5): why it must be closed, if the client's
-/// first bytes name another host. `early` is what was already read from the client.
+/// For a tunnel opened to `host`: why it must be closed, if the client's first bytes name
+/// another host. `early` is what was already read from the client. Waits for the client as
+/// long as it takes (the caller lets the server's bytes through meanwhile).
 pub async fn check_tunnel(client: &TcpStream, early: &[u8], host: &Host) -> Option<String> {
     if !matches!(host, Host::Name(_)) {
         return None;
     }
     let first = if early.is_empty() {
-        first_bytes(client, FIRST_BYTES_WAIT).await
+        first_bytes(client, None).await
     } else {
         classify(early)
     };
@@ -361,7 +377,7 @@ pub(crate) mod tests {
             tokio::time::sleep(Duration::from_secs(1)).await;
         });
         assert_eq!(
-            first_bytes(&server, Duration::from_secs(2)).await,
+            first_bytes(&server, None).await,
             FirstBytes::Named {
                 via: "TLS SNI",
                 name: "big.example.com".into()
@@ -374,7 +390,7 @@ pub(crate) mod tests {
         let (server, _client) = pair().await;
         let t = std::time::Instant::now();
         assert_eq!(
-            first_bytes(&server, Duration::from_millis(50)).await,
+            first_bytes(&server, Some(Duration::from_millis(50))).await,
             FirstBytes::Silent
         );
         assert!(t.elapsed() < Duration::from_secs(1));

@@ -84,15 +84,12 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         .events
         .decision("socks5", &decision, binary.as_ref(), None);
     reply(&mut client, SUCCEEDED, upstream.local_addr().ok()).await?;
-    if let Some(why) = super::peek::check_tunnel(&client, &[], &host).await {
+    if let Some(why) = super::tunnel::relay_for(client, upstream, Vec::new(), &host).await {
         deny(&mut decision, &why);
         proxy
             .events
             .decision("socks5", &decision, binary.as_ref(), None);
-        super::tunnel::reset(client);
-        return Ok(());
     }
-    super::tunnel::relay(client, upstream).await;
     Ok(())
 }
 

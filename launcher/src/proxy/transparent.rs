@@ -32,15 +32,29 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
     };
     // The program's socket is connected (as it sees it) to the original destination.
     let binary = proxy.binary_of(peer, Some(SocketAddr::V4(orig)));
-    let first = peek::first_bytes(&client, peek::FIRST_BYTES_WAIT).await;
-    let (mut decision, address) = decide(
-        proxy,
-        IpAddr::V4(*orig.ip()),
-        orig.port(),
-        binary.as_ref(),
-        &first,
-    )
-    .await;
+    let (ip, port) = (IpAddr::V4(*orig.ip()), orig.port());
+    let (mut decision, address) = match stand_in(proxy, ip) {
+        // A name the DNS stub gave: decided on now; what the client asks for is checked as it
+        // comes, while the server's bytes already flow (server-first protocols).
+        Some(Ok(host)) => (
+            proxy
+                .decider
+                .decide(&host, port, binary.as_ref(), Channel::Tunnel),
+            None,
+        ),
+        Some(Err(why)) => {
+            let mut d = proxy
+                .decider
+                .decide(&Host::Ip(ip), port, binary.as_ref(), Channel::Tunnel);
+            refuse(&mut d, why);
+            (d, None)
+        }
+        // An address the program found itself: its first bytes may name the host.
+        None => {
+            let first = peek::first_bytes(&client, Some(peek::FIRST_BYTES_WAIT)).await;
+            decide_address(proxy, ip, port, binary.as_ref(), &first).await
+        }
+    };
     if !decision.verdict.lets_through() {
         proxy
             .events
@@ -70,38 +84,46 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
     proxy
         .events
         .decision("transparent", &decision, binary.as_ref(), None);
-    super::tunnel::relay(client, upstream).await;
+    let host = decision.host.clone();
+    if let Some(why) = super::tunnel::relay_for(client, upstream, Vec::new(), &host).await {
+        refuse(&mut decision, why);
+        proxy
+            .events
+            .decision("transparent", &decision, binary.as_ref(), None);
+    }
 }
 
-/// The decision for a redirected connection to `ip`:`port`, and the address to dial when it is
-/// not the decided host's own resolution (a name recovered from SNI/Host: the address the
-/// program chose, once it is known to be one of the name's).
-async fn decide(
+/// The name behind a stand-in address of the DNS stub: `None` when `ip` is not one, an error
+/// when it is in the range but was never given out.
+fn stand_in(proxy: &Proxy, ip: IpAddr) -> Option<Result<Host, String>> {
+    let IpAddr::V4(v4) = ip else { return None };
+    if !StandIns::in_pool(v4) {
+        return None;
+    }
+    Some(
+        proxy
+            .stand_ins
+            .name_of(v4)
+            .map(Host::Name)
+            .ok_or_else(|| format!("{ip} is in the sandbox's DNS range but was never given out")),
+    )
+}
+
+/// The decision for a redirected connection to the address `ip`:`port` that the program found
+/// itself, and the address to dial when it is not the decided host's own resolution (a name
+/// recovered from SNI/Host: the address the program chose, once it is known to be one of the
+/// name's).
+async fn decide_address(
     proxy: &Proxy,
     ip: IpAddr,
     port: u16,
     binary: Option<&Program>,
     first: &FirstBytes,
 ) -> (Decision, Option<SocketAddr>) {
-    let host = match ip {
-        IpAddr::V4(v4) if StandIns::in_pool(v4) => match proxy.stand_ins.name_of(v4) {
-            Some(name) => Host::Name(name),
-            None => {
-                let mut d = proxy
-                    .decider
-                    .decide(&Host::Ip(ip), port, binary, Channel::Tunnel);
-                refuse(
-                    &mut d,
-                    format!("{ip} is in the sandbox's DNS range but was never given out"),
-                );
-                return (d, None);
-            }
-        },
-        _ => Host::Ip(ip),
-    };
+    let host = Host::Ip(ip);
     let mut decision = proxy.decider.decide(&host, port, binary, Channel::Tunnel);
     if let Some(why) = peek::mismatch(&host, first) {
-        if decision.verdict.lets_through() || matches!(host, Host::Name(_)) {
+        if decision.verdict.lets_through() {
             refuse(&mut decision, why);
             return (decision, None);
         }
@@ -109,8 +131,8 @@ async fn decide(
     if decision.verdict.lets_through() {
         return (decision, None);
     }
-    // An address the program resolved by itself: decide on the name it asks for instead, and
-    // dial the address it chose only if that name resolves to it here too.
+    // Decide on the name it asks for instead, and dial the address it chose only if that name
+    // resolves to it here too.
     let FirstBytes::Named { via, name } = first else {
         return (decision, None);
     };

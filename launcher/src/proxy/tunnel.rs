@@ -13,25 +13,6 @@ use tokio::net::TcpStream;
 /// default; we ask for 1 MiB).
 const CHUNK: usize = 1 << 20;
 
-/// Relay both directions until both are closed; half-closes are passed on.
-pub async fn relay(client: TcpStream, upstream: TcpStream) {
-    let (Ok(up), Ok(down)) = (Pipe::new(), Pipe::new()) else {
-        let (mut client, mut upstream) = (client, upstream);
-        let _ = tokio::io::copy_bidirectional_with_sizes(
-            &mut client,
-            &mut upstream,
-            256 * 1024,
-            256 * 1024,
-        )
-        .await;
-        return;
-    };
-    let _ = tokio::try_join!(
-        one_way(&client, &upstream, &up),
-        one_way(&upstream, &client, &down)
-    );
-}
-
 /// Close with a reset, so the program sees "connection reset" at once rather than an EOF that
 /// could pass for an empty answer.
 pub fn reset(stream: TcpStream) {
@@ -51,6 +32,71 @@ pub fn reset(stream: TcpStream) {
     };
     drop(stream);
 }
+
+/// Relay a tunnel opened for `host` in both directions until both are closed (half-closes are
+/// passed on): the upstream's bytes flow at once (server-first protocols
+/// are not held up); the client's only once its first bytes (after `early`, which was already
+/// read from it and goes first) are known not to name another host. On a refusal both
+/// connections are reset and the reason returned.
+pub async fn relay_for(
+    client: TcpStream,
+    upstream: TcpStream,
+    early: Vec<u8>,
+    host: &super::matcher::Host,
+) -> Option<String> {
+    use tokio::io::AsyncWriteExt;
+    let (Ok(up), Ok(down)) = (Pipe::new(), Pipe::new()) else {
+        if let Some(why) = super::peek::check_tunnel(&client, &early, host).await {
+            reset(client);
+            return Some(why);
+        }
+        let (mut client, mut upstream) = (client, upstream);
+        if upstream.write_all(&early).await.is_ok() {
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        }
+        return None;
+    };
+    let client_side = async {
+        if let Some(why) = super::peek::check_tunnel(&client, &early, host).await {
+            return Err(io::Error::other(Refused(why)));
+        }
+        if !early.is_empty() {
+            // Written through a shared reference: `upstream` is only spliced into after this.
+            let mut sent = 0;
+            while sent < early.len() {
+                upstream.writable().await?;
+                match upstream.try_write(&early[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        one_way(&client, &upstream, &up).await
+    };
+    let outcome = tokio::try_join!(client_side, one_way(&upstream, &client, &down));
+    let refused = outcome.err().and_then(|e| {
+        e.into_inner()
+            .and_then(|inner| inner.downcast::<Refused>().ok())
+            .map(|r| r.0)
+    });
+    if refused.is_some() {
+        reset(client);
+    }
+    refused
+}
+
+/// The client's first bytes named another host than the tunnel's.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 struct Pipe {
     read: OwnedFd,
@@ -168,7 +214,8 @@ mod tests {
     async fn bytes_and_half_closes_cross_the_relay_both_ways() {
         let (mut client, client_side) = pair().await;
         let (upstream_side, mut server) = pair().await;
-        tokio::spawn(relay(client_side, upstream_side));
+        let any = crate::proxy::matcher::Host::Ip(std::net::Ipv4Addr::LOCALHOST.into());
+        tokio::spawn(async move { relay_for(client_side, upstream_side, Vec::new(), &any).await });
         let payload: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
         let send = payload.clone();
         let writer = tokio::spawn(async move {
