@@ -10,6 +10,20 @@ use integration::{
     command, command_with, explain, fault_inject, launcher, sh, stderr, stdout, TempDir, CALLERS,
 };
 
+/// Python lines that leave `s` connected to allowed.test:`port`: through a CONNECT to the
+/// sandbox's HTTP proxy (`via_proxy`), or directly (the transparent redirect takes it).
+fn open_socket(port: u16, via_proxy: bool) -> String {
+    if via_proxy {
+        format!(
+            "s = socket.create_connection((\"127.0.0.1\", 3128), timeout=10)
+s.sendall(b\"CONNECT allowed.test:{port} HTTP/1.1\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n\")
+assert s.recv(200).startswith(b\"HTTP/1.1 200\")"
+        )
+    } else {
+        format!("s = socket.create_connection((\"allowed.test\", {port}), timeout=10)")
+    }
+}
+
 /// Python that opens a plain socket to HOST:PORT, sends a GET for PATH naming HOST_HEADER, and
 /// prints `LABEL=` and the first line of the answer, or `LABEL=reset`/`LABEL=errno N`.
 fn raw_get(label: &str, host: &str, port: u16, path: &str, host_header: &str) -> String {
@@ -179,15 +193,7 @@ fn a_request_naming_another_host_than_it_was_allowed_for_is_refused() {
     let server = HostServer::start();
     let port = server.port;
     let tls = |label: &str, proxy: bool| {
-        let connect = if proxy {
-            format!(
-                "s = socket.create_connection((\"127.0.0.1\", 3128), timeout=10)
-s.sendall(b\"CONNECT allowed.test:{port} HTTP/1.1\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n\")
-assert s.recv(200).startswith(b\"HTTP/1.1 200\")"
-            )
-        } else {
-            format!("s = socket.create_connection((\"allowed.test\", {port}), timeout=10)")
-        };
+        let connect = open_socket(port, proxy);
         format!(
             r#"python3 -c '
 import socket, ssl
@@ -203,12 +209,11 @@ except (ConnectionResetError, ssl.SSLError, OSError) as e:
         )
     };
     let through_proxy = |label: &str, host_header: &str, path: &str| {
+        let connect = open_socket(port, true);
         format!(
             r#"python3 -c '
 import socket
-s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-s.sendall(b"CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n")
-assert s.recv(200).startswith(b"HTTP/1.1 200")
+{connect}
 s.sendall(b"GET {path} HTTP/1.0\r\nHost: {host_header}\r\n\r\n")
 try:
     data = s.recv(200)
@@ -545,15 +550,7 @@ fn server_first_protocols_get_their_banner_before_the_client_speaks() {
     // transparent redirect — then its line (not HTTP, not TLS: nothing to check) goes through.
     let port = banner_server();
     let client = |label: &str, via_proxy: bool| {
-        let connect = if via_proxy {
-            format!(
-                "s = socket.create_connection((\"127.0.0.1\", 3128), timeout=10)
-s.sendall(b\"CONNECT allowed.test:{port} HTTP/1.1\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n\")
-assert s.recv(200).startswith(b\"HTTP/1.1 200\")"
-            )
-        } else {
-            format!("s = socket.create_connection((\"allowed.test\", {port}), timeout=10)")
-        };
+        let connect = open_socket(port, via_proxy);
         format!(
             r#"python3 -c '
 import socket

@@ -128,6 +128,14 @@ fn bind(source: &Path, target: &Path, recursive: bool) -> R<()> {
     sys::mount(Some(source), target, None, flags, None).at(Step::Mounts)
 }
 
+/// A single (non-recursive) read-only bind of `source` at `target`.
+fn bind_read_only(source: &Path, target: &Path) -> R<()> {
+    bind(source, target, false)?;
+    let flags =
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    sys::mount(None, target, None, flags, None).at(Step::Mounts)
+}
+
 fn mount_proc() -> R<()> {
     let target = in_newroot(Path::new("/proc"));
     ensure_mountpoint(&target, true)?;
@@ -243,36 +251,12 @@ fn apply(op: &MountOp) -> R<()> {
             sys::chmod(&src, 0o644).at(Step::Mounts)?;
             let tgt = in_newroot(target);
             ensure_mountpoint(&tgt, false)?;
-            bind(&src, &tgt, false)?;
-            sys::mount(
-                None,
-                &tgt,
-                None,
-                libc::MS_REMOUNT
-                    | libc::MS_BIND
-                    | libc::MS_RDONLY
-                    | libc::MS_NOSUID
-                    | libc::MS_NODEV,
-                None,
-            )
-            .at(Step::Mounts)
+            bind_read_only(&src, &tgt)
         }
         MountOp::Mask { target, dir } => {
             let tgt = in_newroot(target);
             let src = if *dir { MASK_DIR } else { MASK_FILE };
-            bind(Path::new(src), &tgt, false)?;
-            sys::mount(
-                None,
-                &tgt,
-                None,
-                libc::MS_REMOUNT
-                    | libc::MS_BIND
-                    | libc::MS_RDONLY
-                    | libc::MS_NOSUID
-                    | libc::MS_NODEV,
-                None,
-            )
-            .at(Step::Mounts)
+            bind_read_only(Path::new(src), &tgt)
         }
         MountOp::Symlink { target, link } => {
             let at = in_newroot(target);

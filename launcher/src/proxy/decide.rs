@@ -608,16 +608,7 @@ mod tests {
     }
 
     fn domains(list: &[&str]) -> Decider {
-        let policy = NetworkPolicy {
-            mode: None,
-            denied_domains: vec![],
-            allowed_domains: list
-                .iter()
-                .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
-                .collect(),
-            rules: BTreeMap::new(),
-        };
-        Decider::from_policy(&policy).unwrap()
+        Decider::from_policy(&crate::proxy::testing::allowing(list)).unwrap()
     }
 
     fn host(s: &str) -> Host {

@@ -248,9 +248,9 @@ pub(crate) mod testing {
         addr
     }
 
-    /// A proxy (not listening) with these allowed domains; it never asks DNS.
-    pub fn proxy_with(domains: &[&str], events: EventSink) -> Proxy {
-        let policy = NetworkPolicy {
+    /// A network policy allowing exactly these domains (as `--allow-domain` would).
+    pub fn allowing(domains: &[&str]) -> NetworkPolicy {
+        NetworkPolicy {
             denied_domains: vec![],
             mode: None,
             allowed_domains: domains
@@ -258,9 +258,13 @@ pub(crate) mod testing {
                 .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
                 .collect(),
             rules: Default::default(),
-        };
+        }
+    }
+
+    /// A proxy (not listening) with these allowed domains; it never asks DNS.
+    pub fn proxy_with(domains: &[&str], events: EventSink) -> Proxy {
         Proxy::new(
-            Decider::from_policy(&policy).unwrap(),
+            Decider::from_policy(&allowing(domains)).unwrap(),
             Resolver::offline(vec![]),
             events,
         )
@@ -273,21 +277,16 @@ pub(crate) mod testing {
         pins: &[(&str, &str)],
         events: EventSink,
     ) -> (SocketAddr, SocketAddr) {
-        let policy = NetworkPolicy {
-            denied_domains: vec![],
-            mode: None,
-            allowed_domains: domains
-                .iter()
-                .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
-                .collect(),
-            rules: Default::default(),
-        };
         let resolver = Resolver::offline(
             pins.iter()
                 .map(|(h, a)| (h.to_string(), a.parse().unwrap()))
                 .collect(),
         );
-        let proxy = Proxy::new(Decider::from_policy(&policy).unwrap(), resolver, events);
+        let proxy = Proxy::new(
+            Decider::from_policy(&allowing(domains)).unwrap(),
+            resolver,
+            events,
+        );
         let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let socks = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addrs = (http.local_addr().unwrap(), socks.local_addr().unwrap());

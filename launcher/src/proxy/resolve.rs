@@ -159,20 +159,10 @@ fn check_addresses(decision: &Decision, addrs: &[SocketAddr]) -> Result<(), Dial
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::model::{NetworkPolicy, Source, Sourced};
     use crate::proxy::decide::{Channel, Decider, Verdict};
 
     fn decider(domains: &[&str]) -> Decider {
-        Decider::from_policy(&NetworkPolicy {
-            denied_domains: vec![],
-            mode: None,
-            allowed_domains: domains
-                .iter()
-                .map(|d| Sourced::new(d.to_string(), Source::CommandLine))
-                .collect(),
-            rules: Default::default(),
-        })
-        .unwrap()
+        Decider::from_policy(&crate::proxy::testing::allowing(domains)).unwrap()
     }
 
     #[test]
