@@ -57,6 +57,17 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
     // Blocked before the clone, so no signal is lost between clone and the wait loop; the shim
     // inherits the mask and the target gets a clean one.
     shim::init::block_signals();
+    let signals = match signal_fd() {
+        Ok(fd) => fd,
+        Err(e) => {
+            let e = StepError::new(
+                Step::Internal,
+                format!("cannot create a signalfd to forward signals: {e}"),
+                Some("raise the open-file limit (ulimit -n) or free descriptors"),
+            );
+            return fail(launch.status, &e);
+        }
+    };
     let shim_proc =
         match namespaces::spawn_shim(launch.identity, launch.new_net, launch.spec, launch.filter) {
             Ok(s) => s,
@@ -130,17 +141,7 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
         }
     }
     drop(shim_proc.sync);
-    let code = match on_demand {
-        None => forward_until_exit(shim_proc.pid),
-        Some(d) => match forward_starting_on_demand(shim_proc.pid, d) {
-            Ok(code) => code,
-            Err(e) => {
-                // Without signalfd/poll, start now and wait the plain way.
-                eprintln!("sandbox-launch: {e:#}");
-                forward_until_exit(shim_proc.pid)
-            }
-        },
-    };
+    let code = forward_until_exit(shim_proc.pid, &signals, on_demand);
     launch
         .status
         .emit(json!({"status": "exited", "exit_code": code}));
@@ -180,95 +181,71 @@ fn decode(status: libc::c_int) -> i32 {
     }
 }
 
-/// Pass signals that a process sent to the launcher on to the shim (which passes them to the
-/// target) until the shim exits. Signals from the terminal already reach the target directly.
-/// `forward_until_exit`, also watching `d.fds`: the first time one is readable, `d.start` runs.
-/// A failing start is reported and the sandbox goes on without it (its network then answers
-/// nothing: closed, not open).
-fn forward_starting_on_demand(pid: libc::pid_t, d: OnDemand) -> anyhow::Result<i32> {
-    use anyhow::Context;
+/// The signals the supervisor forwards, as a descriptor to wait on beside others. Made before
+/// the clone, so that failing to make it stops the launch before anything runs.
+fn signal_fd() -> std::io::Result<OwnedFd> {
     let set = wait_set();
     // SAFETY: signalfd on a valid, fully initialised set; the signals are blocked (block_signals).
-    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
-    if sfd < 0 {
-        (d.start)().context("start the proxy")?;
-        anyhow::bail!("signalfd: {}", std::io::Error::last_os_error());
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a fresh descriptor we own.
-    let sfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(sfd) };
-    let mut pending = Some(d);
-    loop {
-        let mut status = 0;
-        // SAFETY: non-blocking waitpid on our own child.
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            return Ok(decode(status));
-        }
-        let mut fds = vec![libc::pollfd {
-            fd: sfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        if let Some(d) = &pending {
-            fds.extend(d.fds.iter().map(|&fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            }));
-        }
-        // SAFETY: poll on descriptors we hold, with the right count.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if n < 0 {
-            continue; // EINTR
-        }
-        if fds[1..].iter().any(|p| p.revents != 0) {
-            if let Some(d) = pending.take() {
-                if let Err(e) = (d.start)() {
-                    eprintln!("sandbox-launch: proxy: {e:#}");
-                }
-            }
-        }
-        if fds[0].revents & libc::POLLIN != 0 {
-            // SAFETY: signalfd_siginfo is plain data; read fills it.
-            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            // SAFETY: reading one record into a buffer of its size.
-            let r = unsafe {
-                libc::read(
-                    sfd.as_raw_fd(),
-                    (&mut info as *mut libc::signalfd_siginfo).cast(),
-                    size,
-                )
-            };
-            if r as usize != size {
-                continue;
-            }
-            let sig = info.ssi_signo as libc::c_int;
-            if sig != libc::SIGCHLD && info.ssi_code <= 0 {
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(pid, sig) };
-            }
-        }
-    }
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
-fn forward_until_exit(pid: libc::pid_t) -> i32 {
-    let set = wait_set();
+/// Pass signals that a process sent to the launcher on to the shim (which passes them to the
+/// target) until the shim exits. Signals from the terminal already reach the target directly.
+/// Meanwhile, the first time one of `pending`'s descriptors is readable, its work starts; a
+/// failing start is reported and the sandbox goes on without it (its network then answers
+/// nothing: closed, not open).
+fn forward_until_exit(pid: libc::pid_t, signals: &OwnedFd, mut pending: Option<OnDemand>) -> i32 {
     loop {
         let mut status = 0;
         // SAFETY: non-blocking waitpid on our own child.
         if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
             return decode(status);
         }
-        // SAFETY: siginfo_t is plain data; sigwaitinfo fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pointers.
-        let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
-        if sig < 0 || sig == libc::SIGCHLD {
-            continue;
+        let watched = pending.as_ref().map_or(&[][..], |d| &d.fds[..]);
+        let mut fds: Vec<libc::pollfd> = std::iter::once(signals.as_raw_fd())
+            .chain(watched.iter().copied())
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: poll on descriptors we hold, with the right count.
+        if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
+            continue; // EINTR
         }
-        if info.si_code <= 0 {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(pid, sig) };
+        if fds[1..].iter().any(|p| p.revents != 0) {
+            if let Some(Err(e)) = pending.take().map(|d| (d.start)()) {
+                eprintln!("sandbox-launch: proxy: {e:#}");
+            }
         }
+        if fds[0].revents & libc::POLLIN != 0 {
+            forward_one(pid, signals);
+        }
+    }
+}
+
+/// Read one signal from `signals` and pass it on when a process (not the kernel) sent it.
+fn forward_one(pid: libc::pid_t, signals: &OwnedFd) {
+    // SAFETY: signalfd_siginfo is plain data; read fills it.
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    // SAFETY: reading one record into a buffer of its size.
+    let r = unsafe {
+        libc::read(
+            signals.as_raw_fd(),
+            (&mut info as *mut libc::signalfd_siginfo).cast(),
+            size,
+        )
+    };
+    let sig = info.ssi_signo as libc::c_int;
+    if r as usize == size && sig != libc::SIGCHLD && info.ssi_code <= 0 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, sig) };
     }
 }
