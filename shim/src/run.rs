@@ -125,7 +125,7 @@ fn setup_network(sync: RawFd, spec: &SandboxSpec) -> Result<bool, StepError> {
                         sync,
                         &FromShim::Warning {
                             text: format!(
-                                "transparent egress is not available ({e}); only programs that use the proxy variables can reach allowed hosts"
+                                "transparent egress is not available ({e}); only programs that use the proxy variables can reach allowed hosts (`sandbox-launch doctor` says what this host lacks)"
                             ),
                         },
                     )?,

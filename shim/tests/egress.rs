@@ -1,7 +1,8 @@
 //! The transparent-egress set-up against the real kernel, in a user + network namespace of a
-//! forked child (rootless, as the shim does it): TCP to an outside address reaches the
-//! redirect listener with the original destination recoverable, DNS to any server reaches the
-//! stub, other UDP and IPv6 go nowhere, and loopback traffic is left alone.
+//! forked child that is unprivileged (uid 65534 when the tests run as root), as the shim does
+//! it: TCP to an outside address reaches the redirect listener with the original destination
+//! recoverable, DNS to any server reaches the stub, other UDP and IPv6 go nowhere, and loopback
+//! traffic is left alone.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream, UdpSocket};
@@ -78,6 +79,18 @@ fn outbound_tcp_and_dns_are_redirected_inside_the_namespace() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
+        // Rootless, as most people run it: as root, become uid/gid 65534 first.
+        // SAFETY: plain credential syscalls in the child.
+        unsafe {
+            if libc::geteuid() == 0
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(65534) != 0
+                    || libc::setuid(65534) != 0)
+            {
+                eprintln!("drop to 65534: {}", std::io::Error::last_os_error());
+                libc::_exit(2);
+            }
+        }
         // SAFETY: unshare in the single-threaded child.
         if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
             eprintln!("unshare: {}", std::io::Error::last_os_error());
