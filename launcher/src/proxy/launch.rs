@@ -99,9 +99,9 @@ const RESOLV_CONF: &str =
     "# sandbox-launch: the sandbox's DNS stub; it answers only names the policy allows\n\
                            nameserver 127.0.0.1\noptions attempts:1 timeout:2\n";
 
-/// Bind `conf` over /etc/resolv.conf inside (or over the file it links to, such as
-/// systemd-resolved's stub file under /run, which is a fresh tmpfs inside), readable even when
-/// the policy lists what may be read and /etc is not among it.
+/// Put the stub's resolver configuration over /etc/resolv.conf inside (or over the file it
+/// links to, such as systemd-resolved's stub file under /run, which is a fresh tmpfs inside),
+/// readable even when the policy lists what may be read and /etc is not among it.
 pub fn bind_resolv_conf(plan: &mut MountPlan, landlock: &mut Vec<LandlockRule>) {
     let link = Path::new("/etc/resolv.conf");
     let target = match std::fs::read_link(link) {
@@ -136,8 +136,8 @@ fn lexical_normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// The host's bundle followed by the sandbox CA, in a directory of its own (public data only:
-/// the CA's key never leaves the supervisor's memory).
+/// The host's bundle followed by the sandbox CA (public data only: the CA's key never leaves the
+/// supervisor's memory).
 fn trust_bundle_with(ca_pem: &str) -> String {
     let host = HOST_BUNDLES
         .iter()
