@@ -134,14 +134,15 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
                 }));
                 break;
             }
+            // Only ever sent after Started.
+            (FromShim::Exited { code }, _) => return code,
             (FromShim::Failed(failure), _) => {
                 wait_exit(shim_proc.pid);
                 return fail(launch.status, &StepError(failure));
             }
         }
     }
-    drop(shim_proc.sync);
-    let code = forward_until_exit(shim_proc.pid, &signals, on_demand);
+    let code = forward_until_exit(&shim_proc, &signals, on_demand);
     launch
         .status
         .emit(json!({"status": "exited", "exit_code": code}));
@@ -195,11 +196,17 @@ fn signal_fd() -> std::io::Result<OwnedFd> {
 }
 
 /// Pass signals that a process sent to the launcher on to the shim (which passes them to the
-/// target) until the shim exits. Signals from the terminal already reach the target directly.
-/// Meanwhile, the first time one of `pending`'s descriptors is readable, its work starts; a
+/// target) until the shim reports the target's exit code (sent once everything inside is
+/// reaped; the shim's own exit, which unmounts the sandbox's tree, is not waited for) or exits.
+/// Signals from the terminal already reach the target directly. Meanwhile, the first time one of `pending`'s descriptors is readable, its work starts; a
 /// failing start is reported and the sandbox goes on without it (its network then answers
 /// nothing: closed, not open).
-fn forward_until_exit(pid: libc::pid_t, signals: &OwnedFd, mut pending: Option<OnDemand>) -> i32 {
+fn forward_until_exit(
+    shim: &namespaces::ShimProcess,
+    signals: &OwnedFd,
+    mut pending: Option<OnDemand>,
+) -> i32 {
+    let pid = shim.pid;
     loop {
         let mut status = 0;
         // SAFETY: non-blocking waitpid on our own child.
@@ -207,7 +214,8 @@ fn forward_until_exit(pid: libc::pid_t, signals: &OwnedFd, mut pending: Option<O
             return decode(status);
         }
         let watched = pending.as_ref().map_or(&[][..], |d| &d.fds[..]);
-        let mut fds: Vec<libc::pollfd> = std::iter::once(signals.as_raw_fd())
+        let mut fds: Vec<libc::pollfd> = [signals.as_raw_fd(), shim.sync.as_raw_fd()]
+            .into_iter()
             .chain(watched.iter().copied())
             .map(|fd| libc::pollfd {
                 fd,
@@ -219,7 +227,14 @@ fn forward_until_exit(pid: libc::pid_t, signals: &OwnedFd, mut pending: Option<O
         if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
             continue; // EINTR
         }
-        if fds[1..].iter().any(|p| p.revents != 0) {
+        if fds[1].revents != 0 {
+            return match channel::recv::<FromShim>(shim.sync.as_raw_fd()) {
+                Ok(Some((FromShim::Exited { code }, _))) => code,
+                // Gone without a word (killed): its own status says how.
+                _ => wait_exit(pid),
+            };
+        }
+        if fds[2..].iter().any(|p| p.revents != 0) {
             if let Some(Err(e)) = pending.take().map(|d| (d.start)()) {
                 eprintln!("sandbox-launch: proxy: {e:#}");
             }

@@ -69,9 +69,18 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         start_guarded(&path, &spec)?
     };
     send(sync, &FromShim::Started { pid })?;
-    // SAFETY: closing our end of the sync socket; nothing uses it afterwards.
-    unsafe { libc::close(sync) };
-    Ok(init::supervise(pid, guard))
+    let code = init::supervise(pid, guard);
+    // Every process inside is reaped: the exit code can go out before this process's own
+    // exit, whose namespace teardown (unmounting the whole tree) costs a few hundred µs. The
+    // caller's descriptors are let go first, so whoever reads the program's output sees its end
+    // with the launcher's exit.
+    for fd in [0, 1, 2].iter().chain(&spec.preserve_fds) {
+        // SAFETY: closing descriptors this process no longer uses (the guard thread holds none
+        // of them).
+        unsafe { libc::close(*fd) };
+    }
+    let _ = channel::send(sync, &FromShim::Exited { code }, &[]);
+    Ok(code)
 }
 
 /// Start the target under the create guard and take its listener.
