@@ -142,6 +142,19 @@ fn a_container_that_forbids_user_namespaces_is_refused() {
 }
 
 #[test]
+fn a_failing_id_mapping_is_refused() {
+    // Unprivileged, the cloned child writes its own uid/gid maps (open with O_WRONLY|O_CLOEXEC
+    // exactly, which nothing else in the launch uses); make those opens fail.
+    let caller = Caller::Unprivileged;
+    let work = TempDir::new("nomaps");
+    let flags = (libc::O_WRONLY | libc::O_CLOEXEC).to_string();
+    let fault = format!("openat:{flags}=EACCES");
+    let out = launch_under(caller, &work.path, &["--errno-if-arg2", &fault], &[]);
+    assert_refused(caller, &work, &out, 112, &["namespace"]);
+    assert_runs(caller, &work, &[]);
+}
+
+#[test]
 fn a_failing_mount_is_refused() {
     for caller in CALLERS {
         let work = TempDir::new("nomount");

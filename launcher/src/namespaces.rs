@@ -58,6 +58,10 @@ pub fn spawn_shim(
     )
     .map_err(|e| err("socketpair", e))?;
     let child_fd = child_sock.as_raw_fd();
+    // Unprivileged, the child maps its own ids (the kernel allows a process to map the one uid
+    // it has), which spares a round trip through the supervisor; real root must have them
+    // written from the parent namespace, where it holds CAP_SETUID.
+    let own_maps = (!id.switch_from_root).then(|| OwnMaps::new(id));
 
     let mut flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -90,7 +94,7 @@ pub fn spawn_shim(
     if pid == 0 {
         // SAFETY: the child of a fork-like clone of a single-threaded process.
         unsafe {
-            child_prepare(parent_sock.as_raw_fd(), child_fd, id);
+            child_prepare(parent_sock.as_raw_fd(), child_fd, id, own_maps.as_ref());
         }
         // The shim runs in this process: no re-exec (a second exec costs more than the rest
         // of the launch). It never returns.
@@ -101,6 +105,9 @@ pub fn spawn_shim(
         pid,
         sync: parent_sock,
     };
+    if own_maps.is_some() {
+        return Ok(shim);
+    }
     if let Err(e) = write_maps(pid, id) {
         kill_and_reap(pid);
         return Err(e);
@@ -134,20 +141,54 @@ fn write_maps(pid: libc::pid_t, id: Identity) -> Result<(), StepError> {
             )
         })
     };
-    if !id.switch_from_root {
-        // Without CAP_SETGID in the parent namespace a gid map requires setgroups to be denied.
-        write("setgroups", "deny".into())?;
-    }
     write("uid_map", format!("{0} {0} 1\n", id.uid))?;
     write("gid_map", format!("{0} {0} 1\n", id.gid))?;
     Ok(())
+}
+
+/// The child's own id maps, formatted before the clone (the child only makes raw syscalls).
+pub struct OwnMaps {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+impl OwnMaps {
+    fn new(id: Identity) -> Self {
+        OwnMaps {
+            uid_map: format!("{0} {0} 1\n", id.uid).into_bytes(),
+            gid_map: format!("{0} {0} 1\n", id.gid).into_bytes(),
+        }
+    }
+
+    /// Write them for this process. Without CAP_SETGID in the parent namespace a gid map
+    /// requires setgroups to be denied first.
+    ///
+    /// # Safety
+    /// Raw syscalls only: callable in the child of a fork-like clone.
+    unsafe fn write_own(&self) -> bool {
+        write_file(c"/proc/self/setgroups", b"deny")
+            && write_file(c"/proc/self/uid_map", &self.uid_map)
+            && write_file(c"/proc/self/gid_map", &self.gid_map)
+    }
+}
+
+/// # Safety
+/// Raw syscalls only.
+unsafe fn write_file(path: &std::ffi::CStr, content: &[u8]) -> bool {
+    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return false;
+    }
+    let ok = libc::write(fd, content.as_ptr().cast(), content.len()) == content.len() as isize;
+    libc::close(fd);
+    ok
 }
 
 /// The cloned child, before the shim runs. Only raw syscalls.
 ///
 /// # Safety
 /// Must run only in the child of a fork-like clone of a single-threaded process.
-unsafe fn child_prepare(parent_sock: RawFd, sock: RawFd, id: Identity) {
+unsafe fn child_prepare(parent_sock: RawFd, sock: RawFd, id: Identity, own: Option<&OwnMaps>) {
     libc::close(parent_sock);
     libc::prctl(
         libc::PR_SET_PDEATHSIG,
@@ -156,6 +197,14 @@ unsafe fn child_prepare(parent_sock: RawFd, sock: RawFd, id: Identity) {
         0,
         0,
     );
+    if let Some(maps) = own {
+        if !maps.write_own() {
+            libc::_exit(Step::Namespaces.exit_code());
+        }
+        // Should the supervisor die before the parent-death signal was armed, the shim's
+        // first message (before the target starts) fails and it gives up.
+        return;
+    }
     // Wait for the id maps. EOF: the supervisor is gone.
     let mut b = [0u8; 1];
     if libc::read(sock, b.as_mut_ptr().cast(), 1) != 1 {

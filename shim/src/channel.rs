@@ -95,7 +95,7 @@ impl Step {
     pub fn describe(self) -> &'static str {
         match self {
             Step::Policy => "load the policy",
-            Step::Namespaces => "create the namespaces",
+            Step::Namespaces => "create the namespaces and map the user and group ids",
             Step::Mounts => "build the filesystem",
             Step::Network => "set up the network",
             Step::Identity => "drop privileges",

@@ -15,8 +15,9 @@
 //! * `--deny-clone-flags MASK=ERRNO`: clone and unshare whose flags contain any bit of MASK fail
 //!   with ERRNO. clone3 passes its flags in memory, out of seccomp's reach, so it then answers
 //!   ENOSYS (libc falls back to clone) unless `--errno clone3=…` says otherwise.
-//! * `--errno-if-arg1 SYSCALL:ARG1=ERRNO`: the same for the second argument (e.g. the flags of
-//!   `seccomp`, to fail only the install of a user-notification filter).
+//! * `--errno-if-arg1 SYSCALL:ARG1=ERRNO`, `--errno-if-arg2 SYSCALL:ARG2=ERRNO`: the same for the
+//!   second and third arguments (e.g. the flags of `seccomp`, to fail only the install of a
+//!   user-notification filter; the flags of `openat`).
 //! * `--errno-if-arg0 SYSCALL:ARG0=ERRNO`: calls of SYSCALL whose first argument equals ARG0 fail
 //!   (e.g. `prctl:38=EPERM` for PR_SET_NO_NEW_PRIVS). ARG0 below 2^32 is compared as 32 bits, as
 //!   the kernel reads `int` arguments; larger values as 64 bits.
@@ -43,7 +44,8 @@ const EXIT_NOT_FOUND: i32 = 127;
 
 const USAGE: &str =
     "usage: fault-inject [--errno SYSCALL=ERRNO]... [--deny-clone-flags MASK=ERRNO]... \
-[--errno-if-arg0 SYSCALL:ARG0=ERRNO]... [--errno-if-arg1 SYSCALL:ARG1=ERRNO]... -- PROGRAM ARGS...";
+[--errno-if-arg0 SYSCALL:ARG0=ERRNO]... [--errno-if-arg1 SYSCALL:ARG1=ERRNO]... \
+[--errno-if-arg2 SYSCALL:ARG2=ERRNO]... -- PROGRAM ARGS...";
 
 /// The syscalls the fail-closed tests need, by name. Others can be given by number.
 const SYSCALLS: &[(&str, libc::c_long)] = &[
@@ -121,10 +123,8 @@ const MAX_ERRNO: u32 = 4095;
 enum Match {
     /// Every call.
     Always,
-    /// Calls whose first argument equals this value.
-    Arg0Eq(u64),
-    /// Calls whose second argument equals this value.
-    Arg1Eq(u64),
+    /// Calls whose argument (0-based index) equals this value.
+    ArgEq(u8, u64),
     /// Calls whose first argument has any bit of this mask set.
     Arg0AnyBit(u64),
 }
@@ -240,23 +240,17 @@ fn parse(args: &[OsString]) -> Result<Invocation> {
                     errno: errno_number(errno)?,
                 });
             }
-            "--errno-if-arg0" => {
+            "--errno-if-arg0" | "--errno-if-arg1" | "--errno-if-arg2" => {
+                let index = arg.as_bytes()[arg.len() - 1] - b'0';
                 let v = value(arg)?;
                 let (lhs, errno) = split_once(&v, '=', arg)?;
-                let (name, arg0) = split_once(lhs, ':', arg)?;
+                let (name, wanted) = split_once(lhs, ':', arg)?;
                 injections.push(Injection {
                     syscall: syscall_number(name)?,
-                    when: Match::Arg0Eq(number(arg0).with_context(|| format!("{arg} {v}"))?),
-                    errno: errno_number(errno)?,
-                });
-            }
-            "--errno-if-arg1" => {
-                let v = value(arg)?;
-                let (lhs, errno) = split_once(&v, '=', arg)?;
-                let (name, arg1) = split_once(lhs, ':', arg)?;
-                injections.push(Injection {
-                    syscall: syscall_number(name)?,
-                    when: Match::Arg1Eq(number(arg1).with_context(|| format!("{arg} {v}"))?),
+                    when: Match::ArgEq(
+                        index,
+                        number(wanted).with_context(|| format!("{arg} {v}"))?,
+                    ),
                     errno: errno_number(errno)?,
                 });
             }
@@ -343,8 +337,7 @@ fn build_filters(injections: &[Injection]) -> Result<Vec<BpfProgram>> {
             .or_default();
         match &inj.when {
             Match::Always => always.entry(inj.errno).or_default().push(inj.syscall),
-            Match::Arg0Eq(v) => rules.push(SeccompRule::new(vec![arg_eq(0, *v)?])?),
-            Match::Arg1Eq(v) => rules.push(SeccompRule::new(vec![arg_eq(1, *v)?])?),
+            Match::ArgEq(i, v) => rules.push(SeccompRule::new(vec![arg_eq(*i, *v)?])?),
             Match::Arg0AnyBit(mask) => {
                 for bit in (0..64).map(|i| 1u64 << i).filter(|b| mask & b != 0) {
                     rules.push(SeccompRule::new(vec![arg0_has_bit(bit)?])?);
