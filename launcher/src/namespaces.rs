@@ -1,9 +1,10 @@
 //! The supervisor's half of the namespaces: clone the shim into new user, mount, PID, network,
-//! IPC, UTS and cgroup namespaces, write its uid/gid maps, and let it exec itself as
-//! `sandbox-launch __shim FD`.
+//! IPC, UTS and cgroup namespaces and see its uid/gid maps written (by the child itself when
+//! unprivileged, from here when started as root). The shim then runs in the cloned process, with
+//! no exec.
 //!
-//! The clone happens while the launcher is still single-threaded, and the child makes only
-//! async-signal-safe calls on memory prepared before the clone until it execs.
+//! The clone happens while the launcher is still single-threaded, and the child makes only raw
+//! syscalls on memory prepared before the clone until its maps are in place.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -147,7 +148,7 @@ fn write_maps(pid: libc::pid_t, id: Identity) -> Result<(), StepError> {
 }
 
 /// The child's own id maps, formatted before the clone (the child only makes raw syscalls).
-pub struct OwnMaps {
+struct OwnMaps {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
 }
