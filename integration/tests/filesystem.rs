@@ -442,6 +442,39 @@ mkfifo ff && (cat ff > fifo-out.txt &) && echo through-fifo > ff && sleep 0.3 &&
 }
 
 #[test]
+fn a_create_through_the_guard_leaves_the_creators_cpu_mask_as_it_was() {
+    // The guard keeps the creating thread on the guard's CPU while it hands the new file over;
+    // the thread's own mask must be back afterwards, a narrowed one (taskset) included, and the
+    // file must be there.
+    for caller in CALLERS {
+        let work = TempDir::new("affinity");
+        let out = sh(
+            caller,
+            &work.path,
+            &[],
+            r#"python3 - <<'PY'
+import os
+full = os.sched_getaffinity(0)
+for i, mask in enumerate([full, {max(full)}]):
+    os.sched_setaffinity(0, mask)
+    for j in range(50):
+        os.close(os.open(f"f{i}-{j}", os.O_CREAT | os.O_WRONLY, 0o600))
+    print("mask", "kept" if os.sched_getaffinity(0) == mask else f"CHANGED {os.sched_getaffinity(0)} != {mask}")
+print("files", len([n for n in os.listdir(".") if n.startswith("f")]))
+PY"#,
+        );
+        let text = stdout(&out);
+        assert_eq!(
+            text.matches("mask kept").count(),
+            2,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("files 100"), "{caller:?}: {}", explain(&out));
+    }
+}
+
+#[test]
 fn truncating_a_file_outside_writable_roots_fails_and_inside_succeeds() {
     // A file the sandbox's user may write by its mode, outside every writable tree: truncate(2)
     // and an O_TRUNC open both fail; the twin in the working directory is truncated.

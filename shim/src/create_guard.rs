@@ -303,6 +303,15 @@ impl Handler {
         }
         self.current.set(req.id);
         let outcome = self.serve(&req);
+        // An opened file goes in with ADDFD, whose wake-ups carry no sync hint: the target and
+        // then this thread would each be woken across CPUs. With the target kept on this CPU
+        // while the file goes in, a create costs about half (on the development VM 82-89 ->
+        // 45-48 µs); its own mask is back before it returns from the syscall.
+        if let Ok(Answer::Fd(fd, cloexec)) = &outcome {
+            if let Some(pin) = Pin::here(req.pid as libc::pid_t) {
+                return answer_fd_pinned(self.fd(), req.id, fd, *cloexec, pin);
+            }
+        }
         answer(self.fd(), req.id, outcome)
     }
 
@@ -532,6 +541,78 @@ impl Handler {
                 })
             }
         }
+    }
+}
+
+/// While alive, thread `tid` (blocked in its notification) may run only on the CPU this thread
+/// runs on; its own mask comes back on drop. Nothing is changed when that CPU is not in its
+/// mask (a `taskset` of the user's is never overridden) or the mask cannot be read.
+struct Pin {
+    tid: libc::pid_t,
+    saved: libc::cpu_set_t,
+}
+
+impl Pin {
+    fn here(tid: libc::pid_t) -> Option<Pin> {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: cpu_set_t is plain data; the calls get pointers to sets of `size` bytes.
+        unsafe {
+            let cpu = libc::sched_getcpu();
+            let mut saved: libc::cpu_set_t = std::mem::zeroed();
+            if cpu < 0 || libc::sched_getaffinity(tid, size, &mut saved) != 0 {
+                return None;
+            }
+            if !libc::CPU_ISSET(cpu as usize, &saved) {
+                return None;
+            }
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut one);
+            (libc::sched_setaffinity(tid, size, &one) == 0).then_some(Pin { tid, saved })
+        }
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask read in `here`; the thread may have exited meanwhile.
+        unsafe {
+            libc::sched_setaffinity(
+                self.tid,
+                std::mem::size_of::<libc::cpu_set_t>(),
+                &self.saved,
+            )
+        };
+    }
+}
+
+/// Install `fd` in the pinned target (ADDFD alone: the target wakes on this CPU to take it while
+/// the syscall stays pending), give it back its CPU mask, then answer with the new descriptor's
+/// number (a plain answer, which wakes it with the sync hint).
+fn answer_fd_pinned(
+    listener: RawFd,
+    id: u64,
+    fd: &OwnedFd,
+    cloexec: bool,
+    pin: Pin,
+) -> Result<(), Errno> {
+    let add = libc::seccomp_notif_addfd {
+        id,
+        flags: 0,
+        srcfd: fd.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // SAFETY: ioctl with a pointer to a correctly sized struct; `fd` stays open across it.
+    let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD as _, &add) };
+    let outcome = if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(Answer::Value(i64::from(r)))
+    };
+    drop(pin);
+    match outcome {
+        Err(Errno::ENOENT) => Ok(()),
+        other => answer(listener, id, other),
     }
 }
 
