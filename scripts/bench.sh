@@ -30,6 +30,7 @@ fi
 bin="$("$root/scripts/build.sh")"
 gcc -O2 -o "$BENCH_DIR/sysloop" "$root/bench/sysloop.c"
 gcc -O2 -o "$BENCH_DIR/bulkserve" "$root/bench/bulkserve.c"
+gcc -O2 -o "$BENCH_DIR/splice_relay" "$root/bench/splice_relay.c"
 install -m 755 "$bin/sandbox-launch" "$BENCH_DIR/sandbox-launch"
 install -m 755 "$bin/fault-inject" "$BENCH_DIR/fault-inject"
 exec python3 "$root/scripts/bench.py"

@@ -16,7 +16,7 @@ B = os.environ.get("BENCH_DIR", "/var/tmp/sl-bench")
 SL = os.environ.get("SL", f"{B}/sandbox-launch")
 QUICK = os.environ.get("QUICK") == "1"
 WORK = f"{B}/work"
-BULK_PORT, SMALL_PORT = 18931, 18932
+BULK_PORT, SMALL_PORT, RELAY_PORT = 18931, 18932, 18933
 BULK = 1_000_000_000 if not QUICK else 300_000_000
 REPS = 5 if not QUICK else 3
 LAT_N = 200 if not QUICK else 50
@@ -126,12 +126,16 @@ def rss_mib(pid):
 def main():
     serve = f"{B}/bulkserve"
     servers = [subprocess.Popen([serve, str(BULK_PORT), str(BULK)]),
-               subprocess.Popen([serve, str(SMALL_PORT), "64"])]
+               subprocess.Popen([serve, str(SMALL_PORT), "64"]),
+               # The least any user-space relay does (splice both ways, no checks): the ceiling
+               # for a proxy on this machine.
+               subprocess.Popen([f"{B}/splice_relay", str(RELAY_PORT), str(BULK_PORT)])]
     time.sleep(0.3)
     try:
         speed = "curl -s -o /dev/null -w '%{speed_download}\\n'"
         # Bulk throughput (bytes/s -> MiB/s).
         direct = [float(host(f"{speed} http://127.0.0.1:{BULK_PORT}/")) / 2**20 for _ in range(REPS)]
+        relayed = [float(host(f"{speed} http://127.0.0.1:{RELAY_PORT}/")) / 2**20 for _ in range(REPS)]
         tunnel = [float(x) / 2**20 for x in sandbox(
             f"for i in $(seq {REPS}); do {speed} -p http://bulk.test:{BULK_PORT}/; done").split()]
         socks = [float(x) / 2**20 for x in sandbox(
@@ -141,6 +145,9 @@ def main():
         d = med(direct)
         what = "bulk throughput (MiB/s, higher is better)"
         row(what, "direct loopback", d, "MiB/s")
+        c = med(relayed)
+        row(what, "minimal splice relay in C, no checks", c, "MiB/s",
+            note=f"{c[0] / d[0]:.2f}× direct: the ceiling of a user-space relay here")
         srt_rows = {}
         if os.access(SRT, os.X_OK):
             via = "--noproxy '' -x \"$HTTP_PROXY\""
@@ -153,7 +160,7 @@ def main():
                 srt_rows = {"error": str(e)[:80]}
         for name, vals in [("CONNECT tunnel", tunnel), ("SOCKS5", socks), ("plain HTTP", plain)]:
             v = med(vals)
-            note = f"{v[0] / d[0]:.2f}× direct (target ≥ 0.90×)"
+            note = f"{v[0] / d[0]:.2f}× direct (target ≥ 0.90×), {v[0] / c[0]:.2f}× the C relay"
             ratio = ""
             if name in srt_rows:
                 s_ = srt_rows[name]
