@@ -16,7 +16,7 @@ B = os.environ.get("BENCH_DIR", "/var/tmp/sl-bench")
 SL = os.environ.get("SL", f"{B}/sandbox-launch")
 QUICK = os.environ.get("QUICK") == "1"
 WORK = f"{B}/work"
-BULK_PORT, SMALL_PORT, RELAY_PORT = 18931, 18932, 18933
+BULK_PORT, SMALL_PORT, RELAY_PORT = 18931, 18932, 18934  # SMALL_PORT + 1: the echo server
 BULK = 1_000_000_000 if not QUICK else 300_000_000
 REPS = 5 if not QUICK else 3
 LAT_N = 200 if not QUICK else 50
