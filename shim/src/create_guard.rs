@@ -546,7 +546,9 @@ impl Handler {
 
 /// While alive, thread `tid` (blocked in its notification) may run only on the CPU this thread
 /// runs on; its own mask comes back on drop. Nothing is changed when that CPU is not in its
-/// mask (a `taskset` of the user's is never overridden) or the mask cannot be read.
+/// mask (a `taskset` of the user's is never overridden) or the mask cannot be read. Should
+/// another thread of the target change this thread's mask in those few microseconds, the mask
+/// read here wins (a scheduling hint lost, nothing more).
 struct Pin {
     tid: libc::pid_t,
     saved: libc::cpu_set_t,
