@@ -254,9 +254,17 @@ fn a_failing_create_guard_is_refused() {
     // seccomp policy (flags = 0) still goes in.
     for caller in CALLERS {
         let work = TempDir::new("noguard");
-        let flag = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER.to_string();
-        let fault = format!("seccomp:{flag}=EINVAL");
-        let out = launch_under(caller, &work.path, &["--errno-if-arg1", &fault], &[]);
+        // Both forms: with WAIT_KILLABLE_RECV, and without it (the fallback for older kernels).
+        let flag = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER;
+        let killable = flag | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+        let faults = [
+            "--errno-if-arg1".to_string(),
+            format!("seccomp:{killable}=EINVAL"),
+            "--errno-if-arg1".to_string(),
+            format!("seccomp:{flag}=EINVAL"),
+        ];
+        let faults: Vec<&str> = faults.iter().map(String::as_str).collect();
+        let out = launch_under(caller, &work.path, &faults, &[]);
         assert_refused(caller, &work, &out, 117, &["seccomp"]);
         assert!(stderr(&out).contains("create guard"), "{}", explain(&out));
     }

@@ -157,26 +157,47 @@ pub unsafe fn install_in_child(prog: &[libc::sock_filter], sock: RawFd) -> Resul
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
     };
-    let fd = libc::syscall(
-        libc::SYS_seccomp,
-        libc::SECCOMP_SET_MODE_FILTER,
-        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-        &fprog as *const libc::sock_fprog,
+    let install = |flags: libc::c_ulong| {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    // Linux >= 5.19: once init has taken a notification, only a fatal signal interrupts the
+    // target's wait. Without it a signal arriving while init performs the operation made the
+    // syscall fail with EINTR, or restart and find its own result (EEXIST), although the
+    // operation was done. Older kernels refuse the flag; the guard works without it.
+    let mut killable = true;
+    let mut fd = install(
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
     );
+    if fd < 0 && *libc::__errno_location() == libc::EINVAL {
+        killable = false;
+        fd = install(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    }
     if fd < 0 {
         return Err(*libc::__errno_location());
     }
     let fd = fd as RawFd;
     let fds = [fd];
     let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [std::io::IoSlice::new(b"g")];
+    let iov = [std::io::IoSlice::new(if killable { b"k" } else { b"g" })];
     let r = sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None);
     libc::close(fd);
     r.map(|_| ()).map_err(|e| e as i32)
 }
 
+/// The guard's notification descriptor, as init receives it from the target.
+pub struct Listener {
+    pub fd: OwnedFd,
+    /// The filter was installed with SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV.
+    pub killable: bool,
+}
+
 /// In init: receive the listener the target sent.
-pub fn receive_listener(sock: RawFd) -> Result<OwnedFd, Errno> {
+pub fn receive_listener(sock: RawFd) -> Result<Listener, Errno> {
     let mut buf = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut buf)];
     let mut space = nix::cmsg_space!([RawFd; 1]);
@@ -185,7 +206,11 @@ pub fn receive_listener(sock: RawFd) -> Result<OwnedFd, Errno> {
         if let ControlMessageOwned::ScmRights(fds) = c {
             if let Some(&fd) = fds.first() {
                 // SAFETY: a descriptor just received, owned by nobody else.
-                return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                return Ok(Listener {
+                    fd,
+                    killable: buf[0] == b'k',
+                });
             }
         }
     }
@@ -196,6 +221,8 @@ pub fn receive_listener(sock: RawFd) -> Result<OwnedFd, Errno> {
 
 pub struct Handler {
     listener: OwnedFd,
+    /// Taken notifications cannot be interrupted (see `install_in_child`).
+    killable: bool,
     guards: Vec<PathBuf>,
     /// Per target process: its memory (to copy paths out) and its umask. An entry goes stale
     /// when the process execs or its pid is reused: then its memory reads fail, and both are
@@ -262,7 +289,11 @@ struct Place {
 const AT_FDCWD: i32 = libc::AT_FDCWD;
 
 impl Handler {
-    pub fn new(listener: OwnedFd, guards: Vec<PathBuf>) -> Self {
+    pub fn new(listener: Listener, guards: Vec<PathBuf>) -> Self {
+        let Listener {
+            fd: listener,
+            killable,
+        } = listener;
         // Linux >= 6.6: wake init synchronously on the target's CPU, which more than halves a
         // notification's round trip. Older kernels refuse the flag; the guard works without it.
         const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
@@ -276,6 +307,7 @@ impl Handler {
         };
         Handler {
             listener,
+            killable,
             guards,
             procs: Default::default(),
             current: Default::default(),
@@ -286,7 +318,9 @@ impl Handler {
         self.listener.as_raw_fd()
     }
 
-    /// Answer one notification. Errors mean the listener is gone (no target left).
+    /// Answer one notification. Errors mean the listener is gone (no target left); a
+    /// notification withdrawn before it could be taken (its thread was interrupted or killed:
+    /// ENOENT) is no error.
     pub fn handle_one(&self) -> Result<(), Errno> {
         // SAFETY: seccomp_notif is plain data, zeroed as the kernel requires.
         let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -299,15 +333,19 @@ impl Handler {
             )
         };
         if r < 0 {
-            return Err(Errno::last());
+            return match Errno::last() {
+                Errno::ENOENT | Errno::EINTR => Ok(()),
+                e => Err(e),
+            };
         }
         self.current.set(req.id);
         let outcome = self.serve(&req);
         // An opened file goes in with ADDFD, whose wake-ups carry no sync hint: the target and
         // then this thread would each be woken across CPUs. With the target kept on this CPU
         // while the file goes in, a create costs about half (on the development VM 82-89 ->
-        // 45-48 µs); its own mask is back before it returns from the syscall.
-        if let Ok(Answer::Fd(fd, cloexec)) = &outcome {
+        // 45-48 µs); its own mask is back before it returns from the syscall. Only where a
+        // signal cannot cut in between the file going in and the answer.
+        if let (Ok(Answer::Fd(fd, cloexec)), true) = (&outcome, self.killable) {
             if let Some(pin) = Pin::here(req.pid as libc::pid_t) {
                 return answer_fd_pinned(self.fd(), req.id, fd, *cloexec, pin);
             }

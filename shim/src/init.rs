@@ -97,7 +97,7 @@ pub fn spawn(
     argv: &[String],
     env: &[(String, String)],
     guard: Option<GuardSetup<'_>>,
-) -> Result<(libc::pid_t, Option<OwnedFd>), StepError> {
+) -> Result<(libc::pid_t, Option<crate::create_guard::Listener>), StepError> {
     let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
     let c_argv = cstrings(argv.iter().cloned());
     let c_env = cstrings(env.iter().map(|(k, v)| format!("{k}={v}")));
