@@ -211,6 +211,50 @@ fn an_invalid_policy_is_refused() {
 }
 
 #[test]
+fn doctor_says_whether_the_create_guard_waits_out_signals() {
+    let work = TempDir::new("doctor-guard");
+    let find = |out: &Output| -> serde_json::Value {
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("doctor --json: {}", explain(out)));
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "create guard waits")
+            .cloned()
+            .unwrap_or_else(|| panic!("no create guard check: {}", explain(out)))
+    };
+    let here = command(Caller::Invoker, &work.path, &["doctor", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(find(&here)["status"], "ok", "{}", explain(&here));
+    // A kernel before 5.19, simulated: a warning, and whole-process still runs.
+    let flags =
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+    let fault = format!("seccomp:{flags}=EINVAL");
+    let launcher = launcher().to_str().unwrap().to_string();
+    let old = command_with(
+        fault_inject(),
+        Caller::Invoker,
+        &work.path,
+        &[
+            "--errno-if-arg1",
+            &fault,
+            "--",
+            &launcher,
+            "doctor",
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap();
+    let c = find(&old);
+    assert_eq!(c["status"], "warn", "{}", explain(&old));
+    assert!(c["detail"].as_str().unwrap().contains("EINTR"));
+    assert_eq!(old.status.code(), Some(0), "{}", explain(&old));
+}
+
+#[test]
 fn doctor_reports_a_kernel_without_landlock() {
     let work = TempDir::new("doctor");
     let ok = command(Caller::Invoker, &work.path, &["doctor", "--json"])

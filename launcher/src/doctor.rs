@@ -317,6 +317,7 @@ fn seccomp() -> Vec<Check> {
             Some("a kernel with CONFIG_SECCOMP_FILTER=y"),
         )),
     }
+    out.push(guard_waits());
     if mode == 2 {
         out.push(check(
             "outer seccomp",
@@ -475,6 +476,53 @@ fn mount(
 ) -> Result<(), String> {
     shim::sys::mount(src.map(Path::new), Path::new(target), fstype, flags, data)
         .map_err(|e| e.to_string())
+}
+
+/// Whether the create guard's filter can make a taken notification wait out signals
+/// (SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, Linux 5.19): tried for real, in a child.
+fn guard_waits() -> Check {
+    let probe = in_child(|| {
+        let allow = [libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        }];
+        let prog = libc::sock_fprog {
+            len: 1,
+            filter: allow.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: prctl and seccomp with a valid one-instruction program, in the forked child.
+        let fd = unsafe {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
+                    | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if fd < 0 {
+            Err(std::io::Error::last_os_error().to_string())
+        } else {
+            Ok(())
+        }
+    });
+    match probe {
+        Ok(()) => check(
+            "create guard waits",
+            Status::Ok,
+            "a creation init has taken waits out signals (WAIT_KILLABLE_RECV)",
+            None,
+        ),
+        Err(e) => check(
+            "create guard waits",
+            Status::Warn,
+            format!("WAIT_KILLABLE_RECV refused ({e}): a signal arriving while init creates a file for the program can make the call fail (EINTR) or restart into EEXIST although the file was made"),
+            Some("a kernel >= 5.19"),
+        ),
+    }
 }
 
 /// Run `f` in a forked child and bring back its result (the error text through a pipe).
