@@ -201,6 +201,37 @@ pub fn sh(caller: Caller, cwd: &Path, opts: &[&str], script: &str) -> Output {
         .expect("run sandbox-launch")
 }
 
+/// `sandbox-launch doctor --json` as `caller`, under `fault-inject FAULTS -- ...` when faults
+/// are given.
+pub fn doctor(caller: Caller, cwd: &Path, faults: &[&str]) -> Output {
+    let out = if faults.is_empty() {
+        command(caller, cwd, &["doctor", "--json"]).output()
+    } else {
+        let launcher = launcher().to_str().unwrap();
+        let mut args = faults.to_vec();
+        args.extend_from_slice(&["--", launcher, "doctor", "--json"]);
+        command_with(fault_inject(), caller, cwd, &args).output()
+    };
+    out.expect("run sandbox-launch doctor")
+}
+
+/// The whole `doctor --json` report.
+pub fn doctor_report(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("doctor --json: {}", explain(out)))
+}
+
+/// The check named `name` in a `doctor --json` report.
+pub fn doctor_check(out: &Output, name: &str) -> serde_json::Value {
+    doctor_report(out)["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {name:?} check: {}", explain(out)))
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -7,7 +7,8 @@
 
 use integration::net::{allow_opts, events, HostServer};
 use integration::{
-    command, command_with, explain, fault_inject, launcher, sh, stderr, stdout, TempDir, CALLERS,
+    command_with, doctor, doctor_check, explain, fault_inject, launcher, sh, stderr, stdout,
+    TempDir, CALLERS,
 };
 
 /// Python lines that leave `s` connected to allowed.test:`port`: through a CONNECT to the
@@ -401,39 +402,15 @@ curl -sS --noproxy '*' -m 5 http://allowed.test:{port}/direct 2>/dev/null; echo 
 
 #[test]
 fn doctor_says_whether_transparent_egress_works_here() {
-    let launcher = launcher().to_str().unwrap().to_string();
-    let egress_check = |out: &std::process::Output| -> serde_json::Value {
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| panic!("doctor --json: {}", explain(out)));
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == "egress")
-            .cloned()
-            .unwrap()
-    };
     for caller in CALLERS {
         let work = TempDir::new("egress-doctor");
-        let here = command(caller, &work.path, &["doctor", "--json"])
-            .output()
-            .unwrap();
-        let check = egress_check(&here);
+        let here = doctor(caller, &work.path, &[]);
+        let check = doctor_check(&here, "egress");
         assert_eq!(check["status"], "ok", "{caller:?}: {check}");
         assert!(check["detail"].as_str().unwrap().starts_with("transparent"));
 
-        let args = [
-            "--errno-if-arg0",
-            "socket:16=EPERM",
-            "--",
-            &launcher,
-            "doctor",
-            "--json",
-        ];
-        let without = command_with(fault_inject(), caller, &work.path, &args)
-            .output()
-            .unwrap();
-        let check = egress_check(&without);
+        let without = doctor(caller, &work.path, &["--errno-if-arg0", "socket:16=EPERM"]);
+        let check = doctor_check(&without, "egress");
         assert_eq!(check["status"], "warn", "{caller:?}: {check}");
         assert!(
             check["detail"]

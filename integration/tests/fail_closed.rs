@@ -152,6 +152,12 @@ fn a_failing_id_mapping_is_refused() {
     let out = launch_under(caller, &work.path, &["--errno-if-arg2", &fault], &[]);
     assert_refused(caller, &work, &out, 112, &["namespace"]);
     assert_runs(caller, &work, &[]);
+    // doctor maps ids the same way, so it sees the same failure (and passes without it).
+    let sick = doctor(caller, &work.path, &["--errno-if-arg2", &fault]);
+    assert_eq!(doctor_check(&sick, "user namespaces")["status"], "fail");
+    assert_eq!(sick.status.code(), Some(1), "{}", explain(&sick));
+    let well = doctor(caller, &work.path, &[]);
+    assert_eq!(doctor_check(&well, "user namespaces")["status"], "ok");
 }
 
 #[test]
@@ -212,82 +218,37 @@ fn an_invalid_policy_is_refused() {
 
 #[test]
 fn doctor_says_whether_the_create_guard_waits_out_signals() {
-    let work = TempDir::new("doctor-guard");
-    let find = |out: &Output| -> serde_json::Value {
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| panic!("doctor --json: {}", explain(out)));
-        report["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == "create guard waits")
-            .cloned()
-            .unwrap_or_else(|| panic!("no create guard check: {}", explain(out)))
-    };
-    let here = command(Caller::Invoker, &work.path, &["doctor", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(find(&here)["status"], "ok", "{}", explain(&here));
-    // A kernel before 5.19, simulated: a warning, and whole-process still runs.
-    let flags =
-        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
-    let fault = format!("seccomp:{flags}=EINVAL");
-    let launcher = launcher().to_str().unwrap().to_string();
-    let old = command_with(
-        fault_inject(),
-        Caller::Invoker,
-        &work.path,
-        &[
-            "--errno-if-arg1",
-            &fault,
-            "--",
-            &launcher,
-            "doctor",
-            "--json",
-        ],
-    )
-    .output()
-    .unwrap();
-    let c = find(&old);
-    assert_eq!(c["status"], "warn", "{}", explain(&old));
-    assert!(c["detail"].as_str().unwrap().contains("EINTR"));
-    assert_eq!(old.status.code(), Some(0), "{}", explain(&old));
+    for caller in CALLERS {
+        let work = TempDir::new("doctor-guard");
+        let here = doctor(caller, &work.path, &[]);
+        let check = doctor_check(&here, "create guard waits");
+        assert_eq!(check["status"], "ok", "{caller:?}: {}", explain(&here));
+        // A kernel before 5.19, simulated: a warning, and whole-process still runs.
+        let flags =
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+        let fault = format!("seccomp:{flags}=EINVAL");
+        let old = doctor(caller, &work.path, &["--errno-if-arg1", &fault]);
+        let check = doctor_check(&old, "create guard waits");
+        assert_eq!(check["status"], "warn", "{caller:?}: {}", explain(&old));
+        assert!(check["detail"].as_str().unwrap().contains("EINTR"));
+        assert_eq!(old.status.code(), Some(0), "{caller:?}: {}", explain(&old));
+    }
 }
 
 #[test]
 fn doctor_reports_a_kernel_without_landlock() {
     let work = TempDir::new("doctor");
-    let ok = command(Caller::Invoker, &work.path, &["doctor", "--json"])
-        .output()
-        .unwrap();
+    let ok = doctor(Caller::Invoker, &work.path, &[]);
     assert_eq!(ok.status.code(), Some(0), "{}", explain(&ok));
-    let report: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
-    assert_eq!(report["ok"], true);
-    let launcher = launcher().to_str().unwrap().to_string();
-    let bad = command_with(
-        fault_inject(),
+    assert_eq!(doctor_report(&ok)["ok"], true);
+    let bad = doctor(
         Caller::Invoker,
         &work.path,
-        &[
-            "--errno",
-            "landlock_create_ruleset=ENOSYS",
-            "--",
-            &launcher,
-            "doctor",
-            "--json",
-        ],
-    )
-    .output()
-    .unwrap();
+        &["--errno", "landlock_create_ruleset=ENOSYS"],
+    );
     assert_eq!(bad.status.code(), Some(1), "{}", explain(&bad));
-    let report: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
-    assert_eq!(report["ok"], false);
-    let ll = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "landlock")
-        .unwrap();
+    assert_eq!(doctor_report(&bad)["ok"], false);
+    let ll = doctor_check(&bad, "landlock");
     assert_eq!(ll["status"], "fail");
     assert!(ll["fix"].as_str().unwrap().contains("best_effort"));
 }

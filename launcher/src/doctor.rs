@@ -425,13 +425,21 @@ fn errno() -> Result<(), String> {
 }
 
 /// Run `f` in a forked child that has unshared `flags` (which include CLONE_NEWUSER) and whose
-/// uid/gid this process mapped to themselves, as the launcher does (a process cannot map uid 0
-/// from inside its new namespace).
+/// uid/gid are mapped to themselves as the launcher maps them: by the child itself when
+/// unprivileged (the launcher's own code), by this process when root (a process cannot map
+/// uid 0 from inside its new namespace).
 fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
     let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
     let (go_r, go_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
+    let own_maps = (!uid.is_root()).then(|| {
+        crate::namespaces::OwnMaps::new(crate::namespaces::Identity {
+            uid: uid.as_raw(),
+            gid: gid.as_raw(),
+            switch_from_root: false,
+        })
+    });
     in_child_with(
         move || {
             // SAFETY: unshare has no memory-safety preconditions; we are a forked child.
@@ -440,6 +448,15 @@ fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> Resu
             } else {
                 Ok(())
             };
+            if let Some(maps) = own_maps {
+                r?;
+                // SAFETY: only syscalls, in the forked child.
+                return if unsafe { maps.write_own() } {
+                    f()
+                } else {
+                    Err("cannot map our own uid/gid in the new user namespace".into())
+                };
+            }
             let _ = nix::unistd::write(&ready_w, if r.is_ok() { b"k" } else { b"e" });
             r?;
             let mut b = [0u8; 1];
@@ -450,17 +467,15 @@ fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> Resu
         },
         move |child| {
             let mut b = [0u8; 1];
-            if !matches!(nix::unistd::read(&ready_r, &mut b), Ok(1)) || b[0] != b'k' {
+            if !uid.is_root()
+                || !matches!(nix::unistd::read(&ready_r, &mut b), Ok(1))
+                || b[0] != b'k'
+            {
                 return;
             }
             let w = |p: String, s: String| std::fs::write(&p, s).map_err(|e| format!("{p}: {e}"));
-            let ok = (if uid.is_root() {
-                Ok(())
-            } else {
-                w(format!("/proc/{child}/setgroups"), "deny".into())
-            })
-            .and_then(|_| w(format!("/proc/{child}/uid_map"), format!("{uid} {uid} 1")))
-            .and_then(|_| w(format!("/proc/{child}/gid_map"), format!("{gid} {gid} 1")));
+            let ok = w(format!("/proc/{child}/uid_map"), format!("{uid} {uid} 1"))
+                .and_then(|_| w(format!("/proc/{child}/gid_map"), format!("{gid} {gid} 1")));
             let _ = nix::unistd::write(&go_w, if ok.is_ok() { b"k" } else { b"e" });
         },
     )

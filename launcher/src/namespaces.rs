@@ -148,13 +148,14 @@ fn write_maps(pid: libc::pid_t, id: Identity) -> Result<(), StepError> {
 }
 
 /// The child's own id maps, formatted before the clone (the child only makes raw syscalls).
-struct OwnMaps {
+/// `doctor` probes with the same code.
+pub(crate) struct OwnMaps {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
 }
 
 impl OwnMaps {
-    fn new(id: Identity) -> Self {
+    pub(crate) fn new(id: Identity) -> Self {
         OwnMaps {
             uid_map: format!("{0} {0} 1\n", id.uid).into_bytes(),
             gid_map: format!("{0} {0} 1\n", id.gid).into_bytes(),
@@ -166,7 +167,7 @@ impl OwnMaps {
     ///
     /// # Safety
     /// Raw syscalls only: callable in the child of a fork-like clone.
-    unsafe fn write_own(&self) -> bool {
+    pub(crate) unsafe fn write_own(&self) -> bool {
         write_file(c"/proc/self/setgroups", b"deny")
             && write_file(c"/proc/self/uid_map", &self.uid_map)
             && write_file(c"/proc/self/gid_map", &self.gid_map)
