@@ -475,7 +475,8 @@ PY"#,
 }
 
 /// Creations through the guard under a storm of signals (an interval timer every 50 µs, a
-/// handler without SA_RESTART, as Python installs them). Prints the errors seen by kind.
+/// handler without SA_RESTART, as Python installs them). Prints the errors seen by kind; then
+/// an allowed creation, and a protected one the guard must still refuse.
 const SIGNAL_STORM: &str = r#"python3 - <<'PY'
 import os, signal
 signal.signal(signal.SIGALRM, lambda *a: None)
@@ -492,6 +493,8 @@ for i in range(1500):
             except OSError: pass
 signal.setitimer(signal.ITIMER_REAL, 0, 0)
 os.mkdir("after"); print("after-ok")
+try: os.mkdir(".vscode"); print("VSCODE-CREATED")
+except OSError: print("guard-still-refuses")
 print("ENOSYS", errs.get(38, 0), "EEXIST", errs.get(17, 0), "EINTR", errs.get(4, 0))
 PY"#;
 
@@ -507,6 +510,11 @@ fn creations_survive_a_signal_storm() {
         let out = sh(caller, &work.path, &[], SIGNAL_STORM);
         let text = stdout(&out);
         assert!(text.contains("after-ok"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("guard-still-refuses"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert!(
             text.contains("ENOSYS 0 EEXIST 0"),
             "{caller:?}: {}",
@@ -542,6 +550,11 @@ fn on_a_kernel_without_killable_waits_the_guard_still_survives_signals() {
             .unwrap();
         let text = stdout(&out);
         assert!(text.contains("after-ok"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("guard-still-refuses"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert!(text.contains("ENOSYS 0 "), "{caller:?}: {}", explain(&out));
     }
 }

@@ -198,9 +198,9 @@ fn signal_fd() -> std::io::Result<OwnedFd> {
 /// Pass signals that a process sent to the launcher on to the shim (which passes them to the
 /// target) until the shim reports the target's exit code (sent once everything inside is
 /// reaped; the shim's own exit, which unmounts the sandbox's tree, is not waited for) or exits.
-/// Signals from the terminal already reach the target directly. Meanwhile, the first time one of `pending`'s descriptors is readable, its work starts; a
-/// failing start is reported and the sandbox goes on without it (its network then answers
-/// nothing: closed, not open).
+/// Signals from the terminal already reach the target directly. Meanwhile, the first time one
+/// of `pending`'s descriptors is readable, its work starts; a failing start is reported and the
+/// sandbox goes on without it (its network then answers nothing: closed, not open).
 fn forward_until_exit(
     shim: &namespaces::ShimProcess,
     signals: &OwnedFd,

@@ -635,15 +635,7 @@ fn answer_fd_pinned(
     cloexec: bool,
     pin: Pin,
 ) -> Result<(), Errno> {
-    let add = libc::seccomp_notif_addfd {
-        id,
-        flags: 0,
-        srcfd: fd.as_raw_fd() as u32,
-        newfd: 0,
-        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
-    };
-    // SAFETY: ioctl with a pointer to a correctly sized struct; `fd` stays open across it.
-    let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD as _, &add) };
+    let r = addfd(listener, id, fd, cloexec, 0);
     let outcome = if r < 0 {
         Err(Errno::last())
     } else {
@@ -654,6 +646,20 @@ fn answer_fd_pinned(
         Err(Errno::ENOENT) => Ok(()),
         other => answer(listener, id, other),
     }
+}
+
+/// Install `fd` in the target of notification `id` (SECCOMP_IOCTL_NOTIF_ADDFD); the new
+/// descriptor's number in the target, or -1 with errno.
+fn addfd(listener: RawFd, id: u64, fd: &OwnedFd, cloexec: bool, flags: u32) -> libc::c_int {
+    let add = libc::seccomp_notif_addfd {
+        id,
+        flags,
+        srcfd: fd.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+    };
+    // SAFETY: ioctl with a pointer to a correctly sized struct; `fd` stays open across it.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD as _, &add) }
 }
 
 /// Send the answer to notification `id` on `listener`. ENOENT from the kernel means the
@@ -678,15 +684,13 @@ fn answer(listener: RawFd, id: u64, outcome: Result<Answer, Errno>) -> Result<()
         Ok(Answer::Continue) => send(0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
         Ok(Answer::Deferred) => Ok(()),
         Ok(Answer::Fd(fd, cloexec)) => {
-            let add = libc::seccomp_notif_addfd {
+            let r = addfd(
+                listener,
                 id,
-                flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
-                srcfd: fd.as_raw_fd() as u32,
-                newfd: 0,
-                newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
-            };
-            // SAFETY: ioctl with a pointer to a correctly sized struct; `fd` stays open across it.
-            let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD as _, &add) };
+                &fd,
+                cloexec,
+                libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+            );
             match (r < 0).then(Errno::last) {
                 None | Some(Errno::ENOENT) => Ok(()),
                 Some(e) => send(0, -(e as i32), 0),
