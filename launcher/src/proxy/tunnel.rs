@@ -34,10 +34,10 @@ pub fn reset(stream: TcpStream) {
 }
 
 /// Relay a tunnel opened for `host` in both directions until both are closed (half-closes are
-/// passed on): the upstream's bytes flow at once (server-first protocols
-/// are not held up); the client's only once its first bytes (after `early`, which was already
-/// read from it and goes first) are known not to name another host. On a refusal both
-/// connections are reset and the reason returned.
+/// passed on): the upstream's bytes flow at once (server-first protocols are not held up); the
+/// client's only once its first bytes (after `early`, which was already read from it and goes
+/// first) are known not to name another host. On a refusal both connections are reset and the
+/// reason returned.
 pub async fn relay_for(
     client: TcpStream,
     upstream: TcpStream,
