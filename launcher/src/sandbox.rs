@@ -89,7 +89,10 @@ fn identity(
         });
     }
     let user = policy.process.run_as_user.as_deref().unwrap_or("nobody");
-    let (target_uid, home) = users::lookup_user(user).map_err(policy_error)?;
+    let (target_uid, home) = match &policy.process.run_as_user {
+        Some(u) => users::lookup_user(u).map_err(policy_error)?,
+        None => users::default_user(),
+    };
     let target_gid = match &policy.process.run_as_group {
         Some(g) => users::lookup_group(g).map_err(policy_error)?,
         None => users::default_group(),
