@@ -35,12 +35,7 @@ pub enum Command {
         #[command(flatten)]
         sandbox: SandboxArgs,
         /// The program and its arguments (options after PROGRAM are the program's).
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "PROGRAM"
-        )]
+        #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
         command: Vec<String>,
     },
     /// Run one shell command (`sh -c COMMAND`) inside the sandbox.
@@ -152,4 +147,56 @@ pub struct SandboxArgs {
 pub enum EgressArg {
     Transparent,
     ProxyOnly,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program_of(args: &[&str]) -> Vec<String> {
+        match Cli::try_parse_from(args).unwrap().command {
+            Command::WholeProcess { command, .. } => command,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_misspelt_option_before_the_program_is_an_unknown_option() {
+        let e = Cli::try_parse_from([
+            "sandbox-launch",
+            "whole-process",
+            "--polcy",
+            "x",
+            "--",
+            "id",
+        ])
+        .unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert!(e.to_string().contains("--polcy"), "{e}");
+    }
+
+    #[test]
+    fn options_after_the_program_are_the_programs() {
+        assert_eq!(
+            program_of(&[
+                "sandbox-launch",
+                "whole-process",
+                "droid",
+                "--some-flag",
+                "-v"
+            ]),
+            ["droid", "--some-flag", "-v"]
+        );
+        assert_eq!(
+            program_of(&[
+                "sandbox-launch",
+                "whole-process",
+                "-v",
+                "--",
+                "-x",
+                "--network"
+            ]),
+            ["-x", "--network"]
+        );
+    }
 }
