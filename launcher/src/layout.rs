@@ -419,11 +419,36 @@ impl Planner<'_> {
         }
 
         // Masks last: deny read beats everything.
+        let private: Vec<PathBuf> = tmp_wanted
+            .then(|| PathBuf::from("/tmp"))
+            .into_iter()
+            .chain(emptied)
+            .collect();
+        let bound: Vec<PathBuf> = ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::ReadOnly { target, .. } | MountOp::ReadWrite { target, .. } => {
+                    Some(target.clone())
+                }
+                _ => None,
+            })
+            .collect();
         let mut masks = self.deny_read.clone();
         masks.sort_by_key(|p| depth(p));
         for p in masks {
             if !self.granted(&p) {
                 continue; // not in the sandbox at all
+            }
+            if let Some(dir) = private.iter().find(|d| p.starts_with(d)) {
+                if !within_any(&p, &bound) {
+                    self.out.warnings.push(format!(
+                        "deny-read {}: nothing to deny: the sandbox has a private {} of its \
+                         own, so the host's is not in it",
+                        p.display(),
+                        dir.display()
+                    ));
+                    continue;
+                }
             }
             let dir = p.is_dir();
             ops.push(MountOp::Mask {
