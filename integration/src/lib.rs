@@ -68,6 +68,8 @@ fn staged_binary(name: &str) -> PathBuf {
 }
 
 fn staged_binary_at(src: &Path) -> PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(remove_stale_stage_dirs);
     if runnable_by_others(src) {
         return src.to_path_buf();
     }
@@ -104,7 +106,6 @@ const STAGE_PREFIX: &str = "/var/tmp/sandbox-launch-test-bin-";
 fn stage_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        remove_stale_stage_dirs();
         let d = PathBuf::from(format!("{STAGE_PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&d).expect("create stage dir");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755))
@@ -119,7 +120,8 @@ extern "C" fn remove_stage_dir() {
     let _ = std::fs::remove_dir_all(format!("{STAGE_PREFIX}{}", std::process::id()));
 }
 
-/// Stage directories of test processes that died without their exit handler (killed).
+/// Stage directories of test processes that died without their exit handler (killed), or of
+/// the harness before it removed them.
 fn remove_stale_stage_dirs() {
     let Ok(entries) = std::fs::read_dir("/var/tmp") else {
         return;
