@@ -19,7 +19,7 @@ impl Tmux {
         let exit_file = work.join("exit-status");
         // The launcher's exit status is written outside the sandbox, by tmux's shell.
         let script = format!(
-            "export PS1='PROMPT$ ' HOME={home}\n{launcher} whole-process -- /bin/bash --norc --noprofile -i\necho $? > {exit}\n",
+            "export PS1='PROMPT$ ' HOME={home}\n{launcher} whole-process --env PS1 -- /bin/bash --norc --noprofile -i\necho $? > {exit}\n",
             home = work.display(),
             exit = exit_file.display()
         );

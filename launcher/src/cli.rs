@@ -138,6 +138,14 @@ pub struct SandboxArgs {
     /// Let descriptor N cross into the sandbox (repeatable; only 0-2 do by default).
     #[arg(long, value_name = "N")]
     pub preserve_fd: Vec<i32>,
+    /// Pass NAME from the launcher's environment (`--env NAME`) or set it (`--env NAME=VALUE`)
+    /// (repeatable). Only a short allowlist (PATH, HOME, USER, LANG, TERM, ...) crosses
+    /// otherwise.
+    #[arg(long, value_name = "NAME[=VALUE]", value_parser = crate::environment::parse_flag)]
+    pub env: Vec<crate::environment::EnvFlag>,
+    /// Give the program the launcher's whole environment, secrets included (warned).
+    #[arg(long)]
+    pub env_all: bool,
     /// More output on stderr (the verified facts, planned mounts).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,

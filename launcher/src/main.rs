@@ -3,6 +3,7 @@
 
 mod cli;
 mod doctor;
+mod environment;
 mod layout;
 mod login;
 mod namespaces;

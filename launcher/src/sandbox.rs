@@ -16,7 +16,7 @@ use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
 use crate::proxy::events::EventSink;
 use crate::status::StatusSink;
-use crate::{proxy, supervisor, users};
+use crate::{environment, proxy, supervisor, users};
 
 /// Everything decided before the clone.
 pub struct Prepared {
@@ -65,6 +65,7 @@ pub fn load_policy(args: &SandboxArgs) -> Result<(Policy, PathBuf), StepError> {
     req.allow_domain = args.allow_domain.clone();
     req.network = args.network.map(Into::into);
     req.seccomp_policy = args.seccomp_policy.clone();
+    environment::flags_fragment(&args.env, args.env_all, &mut req.runtime);
     let policy = policy::load(&req).map_err(policy_error)?;
     Ok((policy, cwd))
 }
@@ -152,10 +153,15 @@ pub fn prepare(
 ) -> Result<Prepared, StepError> {
     let (policy, cwd) = load_policy(args)?;
     let mut warnings = policy.warnings.clone();
-    let mut env: Vec<(String, String)> = std::env::vars().collect();
-    let identity = identity(&policy, &mut env, &mut warnings)?;
     // Not said anywhere: restricted, with only what the policy allows (nothing, by default).
     let network = policy.network.mode.unwrap_or(NetworkMode::Restricted);
+    let mut env = environment::build(
+        &environment::host(),
+        &policy.runtime.env,
+        network,
+        &mut warnings,
+    );
+    let identity = identity(&policy, &mut env, &mut warnings)?;
     let mut restricted_proxy = None;
     let mut trust_bundle = None;
     let mut resolver_conf = false;

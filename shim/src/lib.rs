@@ -5,6 +5,7 @@ pub mod channel;
 pub mod create_guard;
 pub mod egress;
 pub mod identity;
+pub mod inherited_env;
 pub mod init;
 pub mod landlock;
 pub mod mounts;

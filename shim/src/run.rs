@@ -8,7 +8,8 @@ use seccompiler::BpfProgram;
 use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError};
 use crate::spec::{NetworkSpec, SandboxSpec, Transparent};
 use crate::{
-    create_guard, egress, identity, init, landlock, mounts, network, seccomp, sys, verify,
+    create_guard, egress, identity, inherited_env, init, landlock, mounts, network, seccomp, sys,
+    verify,
 };
 
 /// Entry point of the shim, in the child of the supervisor's clone: `spec` and the compiled
@@ -28,6 +29,7 @@ pub fn main(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> ! {
 
 fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepError> {
     channel::set_cloexec(sync, true).at(Step::Internal)?;
+    inherited_env::wipe().at(Step::Internal)?;
     // Die with the supervisor. Set again here: a change of credentials clears it.
     sys::prctl(
         libc::PR_SET_PDEATHSIG,

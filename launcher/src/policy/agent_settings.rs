@@ -72,7 +72,11 @@ struct PathCtx<'a> {
 
 fn read_sandbox(doc: &mut Doc, v: &Value, ctx: &PathCtx, frag: &mut Fragment) -> Result<()> {
     let at = KeyPath::root("sandbox");
-    let map = doc.object(v, &at, &["enabled", "mode", "filesystem", "network"])?;
+    let map = doc.object(
+        v,
+        &at,
+        &["enabled", "mode", "filesystem", "network", "environment"],
+    )?;
     if let Some(v) = given(map, "enabled") {
         let e_at = at.key("enabled");
         if !doc.boolean(v, &e_at)? {
@@ -108,6 +112,13 @@ fn read_sandbox(doc: &mut Doc, v: &Value, ctx: &PathCtx, frag: &mut Fragment) ->
     if let Some(v) = given(map, "network") {
         read_network(doc, v, &at.key("network"), ctx, frag)?;
     }
+    super::runtime::read(
+        doc,
+        map,
+        &at,
+        super::runtime::Style::Camel,
+        &mut frag.runtime,
+    )?;
     Ok(())
 }
 

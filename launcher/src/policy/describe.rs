@@ -13,6 +13,7 @@ pub fn describe(policy: &Policy) -> String {
     filesystem(&mut out, policy);
     process(&mut out, policy);
     network(&mut out, policy);
+    super::runtime::describe(&mut out, &policy.runtime);
     let _ = writeln!(
         out,
         "seccomp: {}{}",

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::model::{FsMode, LandlockCompat, NetworkMode, NetworkRule, Source};
+use super::runtime::RuntimeFragment;
 
 #[derive(Debug, Clone)]
 pub struct Fragment {
@@ -25,6 +26,8 @@ pub struct Fragment {
     pub denied_domains: Vec<String>,
     pub rules: BTreeMap<String, NetworkRule>,
     pub seccomp: Option<String>,
+    /// `environment` and `limits`.
+    pub runtime: RuntimeFragment,
     pub warnings: Vec<String>,
 }
 
@@ -47,6 +50,7 @@ impl Fragment {
             denied_domains: Vec::new(),
             rules: BTreeMap::new(),
             seccomp: None,
+            runtime: RuntimeFragment::default(),
             warnings: Vec::new(),
         }
     }

@@ -73,6 +73,7 @@ pub fn merge(layers: &[Layer]) -> Result<Policy> {
     collect_lists(layers, &mut p);
     decide_scalars(layers, &mut p)?;
     settle_network(&mut p)?;
+    super::runtime::merge(layers, &mut p)?;
     Ok(p)
 }
 
@@ -222,7 +223,7 @@ fn decide_scalars(layers: &[Layer], p: &mut Policy) -> Result<()> {
 
 /// One single value, by the rules in the module documentation. `rank` orders values from
 /// narrow to wide; values of equal rank that differ (identities) count as wider.
-fn decide<T: Clone + PartialEq>(
+pub(super) fn decide<T: Clone + PartialEq>(
     layers: &[Layer],
     what: &str,
     get: impl Fn(&Fragment) -> Option<T>,

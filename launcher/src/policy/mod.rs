@@ -25,6 +25,7 @@ pub mod merge;
 pub mod model;
 pub mod openshell;
 mod paths;
+pub mod runtime;
 
 use std::path::PathBuf;
 
@@ -49,6 +50,8 @@ pub struct LoadRequest {
     pub allow_domain: Vec<String>,
     pub network: Option<NetworkMode>,
     pub seccomp_policy: Option<String>,
+    /// `--env`, `--timeout`, `--memory`, ... (already parsed).
+    pub runtime: runtime::RuntimeFragment,
 }
 
 impl LoadRequest {
@@ -74,6 +77,7 @@ impl LoadRequest {
             allow_domain: vec![],
             network: None,
             seccomp_policy: None,
+            runtime: runtime::RuntimeFragment::default(),
         })
     }
 }
@@ -164,6 +168,7 @@ fn flags(req: &LoadRequest) -> Result<Fragment> {
         .collect::<Result<_>>()?;
     f.network_mode = req.network;
     f.seccomp = req.seccomp_policy.clone();
+    f.runtime = req.runtime.clone();
     Ok(f)
 }
 

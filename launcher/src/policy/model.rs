@@ -162,6 +162,8 @@ pub struct Policy {
     pub network: NetworkPolicy,
     /// Name of an embedded seccomp policy or a path to a seccompiler JSON file.
     pub seccomp: Option<String>,
+    /// The program's environment and resource limits.
+    pub runtime: super::runtime::Runtime,
     /// Non-fatal remarks made while loading (unknown keys, deprecated values).
     pub warnings: Vec<String>,
     /// Where each single-valued setting was decided; `None` means the built-in default.

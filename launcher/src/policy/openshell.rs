@@ -41,6 +41,7 @@ const TOP_KEYS: &[&str] = &[
     "landlock",
     "process",
     "network_policies",
+    "environment",
 ];
 
 /// Read and parse the policy file at `file`.
@@ -77,6 +78,13 @@ pub fn parse(text: &str, file: &Path, source: Source) -> Result<Fragment> {
     if let Some(v) = given(map, "network_policies") {
         frag.rules = network_policies(&mut doc, v)?;
     }
+    super::runtime::read(
+        &mut doc,
+        map,
+        &top,
+        super::runtime::Style::Snake,
+        &mut frag.runtime,
+    )?;
     frag.warnings = doc.warnings;
     Ok(frag)
 }
