@@ -1,20 +1,8 @@
 //! sandbox-launch: run an AI coding agent and everything it starts inside a kernel-enforced
 //! Linux sandbox. See README.md and DESIGN.md.
 
-mod cli;
-mod doctor;
-mod environment;
-mod layout;
-mod login;
-mod namespaces;
-mod policy;
-mod proxy;
-mod sandbox;
-mod status;
-mod supervisor;
-mod users;
-
 use clap::Parser;
+use sandbox_launch::{cli, doctor, login, policy, sandbox};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -1,0 +1,16 @@
+//! sandbox-launch as a library: the binary (`main.rs`) is a thin front over these modules, and the
+//! fuzz targets (`fuzz/`, outside the workspace) call the parsers through it.
+
+pub mod cli;
+pub mod doctor;
+pub mod environment;
+pub mod fuzz;
+pub mod layout;
+pub mod login;
+pub mod namespaces;
+pub mod policy;
+pub mod proxy;
+pub mod sandbox;
+pub mod status;
+pub mod supervisor;
+pub mod users;
