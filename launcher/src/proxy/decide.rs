@@ -98,6 +98,9 @@ pub struct Decision {
     /// Indices of the matching rules whose L7 rules every plain-HTTP request must pass; empty
     /// when some matching rule allows any request.
     pub rest_rules: Vec<usize>,
+    /// An allowing rule says `tls: skip`: a tunnel's bytes may pass even when they are neither
+    /// a TLS ClientHello nor an HTTP request the proxy can check (SSH, a database protocol).
+    pub opaque_ok: bool,
 }
 
 /// How the client will talk through the connection.
@@ -264,6 +267,7 @@ impl Decider {
             hint: Some(allow_hint(host, None)),
             explicit: false,
             rest_rules: Vec::new(),
+            opaque_ok: false,
         };
         if let Some(deny) = self
             .denies
@@ -307,6 +311,7 @@ impl Decider {
             decision.reason = format!("allowed by {}", first.label);
             decision.hint = None;
             decision.explicit = allowing.iter().any(|(_, r)| r.pattern.is_explicit());
+            decision.opaque_ok = allowing.iter().any(|(_, r)| r.tls_skip);
             // L7 applies only if every allowing rule restricts requests.
             if allowing.iter().all(|(_, r)| checks_requests(r, channel)) {
                 decision.rest_rules = allowing.iter().map(|(i, _)| *i).collect();

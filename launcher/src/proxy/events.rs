@@ -85,6 +85,9 @@ impl EventSink {
         binary: Option<&Program>,
         request: Option<(&str, &str)>,
     ) {
+        if !self.is_active() {
+            return;
+        }
         let mut v = json!({
             "event": "network",
             "protocol": protocol,
@@ -101,6 +104,42 @@ impl EventSink {
             v["path"] = json!(path);
         }
         self.emit(v);
+    }
+}
+
+impl EventSink {
+    /// An allowed connection whose server could not be reached (no address, refused, timed
+    /// out): the decision as it was made, then a `network_error` saying what failed. Not a denial.
+    pub fn dial_error(&self, protocol: &str, d: &Decision, binary: Option<&Program>, error: &str) {
+        self.decision(protocol, d, binary, None);
+        if !self.is_active() {
+            return;
+        }
+        self.emit(json!({
+            "event": "network_error",
+            "protocol": protocol,
+            "host": d.host.to_string(),
+            "port": (d.port != 0).then_some(d.port),
+            "binary": binary.map(|b| b.exe.display().to_string()),
+            "error": error,
+        }));
+    }
+
+    /// A client whose request could not be read as one (a malformed SOCKS5 name, say).
+    pub fn malformed(&self, protocol: &str, what: &str, binary: Option<&Program>) {
+        if !self.is_active() {
+            return;
+        }
+        self.emit(json!({
+            "event": "network",
+            "protocol": protocol,
+            "host": null,
+            "port": null,
+            "binary": binary.map(|b| b.exe.display().to_string()),
+            "decision": "deny",
+            "reason": what,
+            "rule": null,
+        }));
     }
 }
 

@@ -1,37 +1,39 @@
-//! The HTTP proxy: `CONNECT host:port` tunnels and absolute-URI plain HTTP, on hyper 1.
+//! The HTTP proxy listener, on hyper 1: absolute-URI plain HTTP here, `CONNECT` in `connect`.
 //!
-//! The host that is dialled is always the one that was checked: the CONNECT authority or the
-//! absolute URI's authority, never a `Host` header (which is rewritten to match). Every request
-//! on a kept-alive connection is decided on its own; bodies are streamed, never buffered.
+//! The host that is dialled is always the one that was checked: the absolute URI's authority,
+//! never a `Host` header. The upstream is told the checked host and port only (a `Host` header
+//! built from them); a URI with userinfo (`http://other@host/`) is refused. Every request on a
+//! kept-alive connection is decided on its own; bodies are streamed, never buffered. A client
+//! has `Timeouts::header` to send each request head, also while a kept-alive connection idles.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderMap, HeaderValue, CONNECTION, HOST};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use super::decide::{Channel, Decision, Verdict};
+use super::answer::{bad_gateway, bad_request, Body};
+use super::connect::{connect, dial};
+use super::decide::Channel;
+use super::head::authority_host;
 use super::identify::Program;
 use super::matcher::Host;
-use super::resolve::DialError;
 use super::Proxy;
 
-type Body = BoxBody<Bytes, hyper::Error>;
-
-/// The header a denial carries, for programs (and agents) that read headers rather than bodies.
-pub const DENIED_HEADER: &str = "x-sandbox-denied";
+/// hyper's read buffer per connection may grow to this (its default is ~400 KiB, which a
+/// thousand slow clients turn into hundreds of MiB); a request head must fit in it.
+pub const MAX_BUF: usize = super::head::MAX_HEAD;
 
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
     super::accept_each(listener, proxy, |stream, peer, proxy| async move {
         let binary = proxy.binary_of(peer, stream.local_addr().ok());
+        let proxy_timeouts = proxy.timeouts;
         // One upstream connection kept per client connection, for the authority it was
         // dialled (and checked) for; every request is still decided on its own.
         let upstream: Upstream = Arc::new(tokio::sync::Mutex::new(None));
@@ -39,6 +41,9 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
             service_fn(move |req| handle(proxy.clone(), binary.clone(), upstream.clone(), req));
         let _ = http1::Builder::new()
             .preserve_header_case(true)
+            .timer(TokioTimer::new())
+            .header_read_timeout(proxy_timeouts.header)
+            .max_buf_size(MAX_BUF)
             .serve_connection(TokioIo::new(stream), svc)
             .with_upgrades()
             .await;
@@ -63,89 +68,6 @@ async fn handle(
     })
 }
 
-/// `CONNECT host:port`: decide, dial, answer 200, then copy bytes both ways.
-async fn connect(
-    proxy: &Arc<Proxy>,
-    binary: Option<Program>,
-    req: Request<Incoming>,
-) -> Response<Body> {
-    let Some(authority) = req.uri().authority().cloned() else {
-        return bad_request("CONNECT needs a host:port target");
-    };
-    let Some(port) = authority.port_u16() else {
-        return bad_request("CONNECT needs a port (host:port)");
-    };
-    let host = match Host::parse(authority.host()) {
-        Ok(h) => h,
-        Err(e) => return bad_request(&format!("{e:#}")),
-    };
-    let channel = match proxy.inspector {
-        Some(_) => Channel::Inspectable,
-        None => Channel::Tunnel,
-    };
-    let decision = proxy.decider.decide(&host, port, binary.as_ref(), channel);
-    let upstream = match dial(proxy, decision.clone(), binary.as_ref(), "connect", None).await {
-        Ok(s) => s,
-        Err(resp) => return resp,
-    };
-    let proxy = proxy.clone();
-    tokio::spawn(async move {
-        let Ok(upgraded) = hyper::upgrade::on(req).await else {
-            return;
-        };
-        if let (Some(inspector), false) = (&proxy.inspector, decision.rest_rules.is_empty()) {
-            // Each request must be checked: open the tunnel (the client waits for our 200
-            // before it speaks, so nothing is buffered yet).
-            if let Ok(parts) = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
-                if parts.read_buf.is_empty() {
-                    let client = parts.io.into_inner();
-                    let inspector = inspector.clone();
-                    let r = super::inspect::intercept(
-                        proxy.clone(),
-                        inspector,
-                        client,
-                        upstream,
-                        decision,
-                        binary,
-                    )
-                    .await;
-                    if let Err(e) = r {
-                        proxy.events.emit(serde_json::json!({
-                            "event": "network_error",
-                            "host": host.to_string(),
-                            "port": port,
-                            "error": format!("{e:#}"),
-                        }));
-                    }
-                }
-            }
-            return;
-        }
-        // Back to the plain client socket (plus whatever the client sent early), so the
-        // tunnel can splice socket to socket.
-        match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
-            Ok(parts) => {
-                let client = parts.io.into_inner();
-                let early = parts.read_buf.to_vec();
-                if let Some(why) = super::tunnel::relay_for(client, upstream, early, &host).await {
-                    let mut refused = decision;
-                    refused.verdict = super::decide::Verdict::Deny;
-                    refused.reason = why;
-                    proxy
-                        .events
-                        .decision("connect", &refused, binary.as_ref(), None);
-                }
-            }
-            Err(upgraded) => {
-                let mut client = TokioIo::new(upgraded);
-                let mut upstream = upstream;
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-            }
-        }
-    });
-    Response::new(empty())
-}
-
 /// Absolute-URI plain HTTP: decide this request, dial the checked host, relay.
 async fn forward(
     proxy: &Proxy,
@@ -168,6 +90,9 @@ async fn forward(
     let Some(authority) = uri.authority().cloned() else {
         return bad_request("the URI has no host");
     };
+    if let Err(why) = authority_host(authority.as_str()) {
+        return bad_request(&why);
+    }
     let host = match Host::parse(authority.host()) {
         Ok(h) => h,
         Err(e) => return bad_request(&format!("{e:#}")),
@@ -182,7 +107,7 @@ async fn forward(
         .decider
         .check_request(&connection, &method, &path, uri.query());
     // Reuse the connection kept for this very authority when the request is allowed.
-    let key = authority.as_str().to_ascii_lowercase();
+    let key = format!("{host}:{port}");
     let mut reused = None;
     if decision.verdict.lets_through() {
         let mut slot = kept.lock().await;
@@ -229,7 +154,11 @@ async fn forward(
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove("proxy-authorization");
     // The host that was checked is the host the server is told about.
-    match HeaderValue::from_str(authority.as_str()) {
+    let checked = match port {
+        80 => host.to_string(),
+        p => format!("{host}:{p}"),
+    };
+    match HeaderValue::from_str(&checked) {
         Ok(v) => {
             parts.headers.insert(HOST, v);
         }
@@ -252,118 +181,6 @@ async fn forward(
         }
         Err(e) => bad_gateway(&format!("{host}:{port}: {e}")),
     }
-}
-
-/// Log the decision and, when it lets the connection through, resolve, check and connect.
-async fn dial(
-    proxy: &Proxy,
-    mut decision: Decision,
-    binary: Option<&Program>,
-    protocol: &str,
-    request: Option<(&str, &str)>,
-) -> Result<tokio::net::TcpStream, Response<Body>> {
-    if !decision.verdict.lets_through() {
-        proxy.events.decision(protocol, &decision, binary, request);
-        return Err(denied(&decision));
-    }
-    match proxy.resolver.dial(&decision).await {
-        Ok(s) => {
-            proxy.events.decision(protocol, &decision, binary, request);
-            Ok(s)
-        }
-        Err(DialError::Forbidden(why)) => {
-            decision.verdict = Verdict::Deny;
-            decision.reason = why;
-            decision.hint = Some(format!(
-                "name the host exactly: `--allow-domain {}`",
-                decision.host
-            ));
-            proxy.events.decision(protocol, &decision, binary, request);
-            Err(denied(&decision))
-        }
-        Err(e) => {
-            proxy.events.decision(protocol, &decision, binary, request);
-            Err(bad_gateway(&e.to_string()))
-        }
-    }
-}
-
-/// A 403 that says, in words, that the sandbox's policy blocked the host and how to allow it.
-pub fn denied(d: &Decision) -> Response<Body> {
-    let target = format!("{}:{}", d.host, d.port);
-    let rule = d.rule.as_deref().unwrap_or("no matching rule");
-    let mut body = format!(
-        "sandbox-launch: the sandbox's network policy blocked {target}.\nReason: {}\n",
-        d.reason
-    );
-    if let Some(hint) = &d.hint {
-        body.push_str(&format!("How to allow it: {hint}\n"));
-    }
-    body.push_str("This is a policy decision, not a network failure: retrying will not help.\n");
-    let header = format!(
-        "host={target}; rule={rule}; reason={}{}",
-        d.reason,
-        d.hint
-            .as_deref()
-            .map(|h| format!("; allow={h}"))
-            .unwrap_or_default()
-    );
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = StatusCode::FORBIDDEN;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&header_safe(&header)) {
-        resp.headers_mut()
-            .insert(HeaderName::from_static(DENIED_HEADER), v);
-    }
-    resp
-}
-
-/// Header values are visible ASCII; anything else becomes `?`.
-fn header_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c == ' ' || c.is_ascii_graphic() {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect()
-}
-
-fn bad_request(msg: &str) -> Response<Body> {
-    text_response(
-        StatusCode::BAD_REQUEST,
-        format!("sandbox-launch proxy: {msg}\n"),
-    )
-}
-
-fn bad_gateway(msg: &str) -> Response<Body> {
-    text_response(
-        StatusCode::BAD_GATEWAY,
-        format!("sandbox-launch proxy: {msg}\n"),
-    )
-}
-
-fn text_response(status: StatusCode, body: String) -> Response<Body> {
-    let mut resp = Response::new(full(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
-fn full(s: String) -> Body {
-    Full::new(Bytes::from(s)).map_err(|e| match e {}).boxed()
-}
-
-fn empty() -> Body {
-    Empty::<Bytes>::new().map_err(|e| match e {}).boxed()
 }
 
 fn origin_form(uri: &Uri) -> Uri {
@@ -404,11 +221,13 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 mod tests {
     use std::net::SocketAddr;
 
-    use http_body_util::BodyExt;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
     use super::*;
+    use crate::proxy::answer::DENIED_HEADER;
     use crate::proxy::events::EventSink;
     use crate::proxy::testing;
 
@@ -655,7 +474,7 @@ mod tests {
         let target = format!("allowed.test:{}", up.port());
         let first_bytes: [Vec<u8>; 2] = [
             b"GET /fronted HTTP/1.1\r\nHost: denied.test\r\nConnection: close\r\n\r\n".to_vec(),
-            crate::proxy::peek::tests::client_hello(Some("denied.test")),
+            crate::proxy::hello::tests::client_hello(Some("denied.test")),
         ];
         for bytes in first_bytes {
             let (mut tunnel, head) = connect_raw(http, &target, &target).await;

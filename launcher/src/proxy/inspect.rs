@@ -185,27 +185,28 @@ async fn one_request(
     let mut d = proxy
         .decider
         .check_request(conn, &method, &path, req.uri().query());
-    // The tunnel was checked for its CONNECT host: a request naming another host is refused.
-    let named = req
-        .headers()
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(|h| super::decide::split_host_port(h).map(|(h, _)| h.to_string()));
-    if let Some(Ok(named)) = named {
-        if Host::parse(&named).ok().as_ref() != Some(&conn.host) {
-            d.verdict = Verdict::Deny;
-            d.reason = format!(
-                "the request names host {named}, but the tunnel was opened to {}",
-                conn.host
-            );
-            d.hint = None;
-        }
+    // The tunnel was checked for its CONNECT host: a request naming another host, or naming
+    // it ambiguously, is refused.
+    let target = req.uri().to_string();
+    let names = super::head::names(
+        &method,
+        &target,
+        req.headers().get_all(HOST).iter().map(|v| v.as_bytes()),
+    );
+    let mismatch = match names {
+        Ok(names) => super::head::mismatch(&conn.host, &names),
+        Err(why) => Some(why),
+    };
+    if let Some(why) = mismatch {
+        d.verdict = Verdict::Deny;
+        d.reason = why;
+        d.hint = None;
     }
     proxy
         .events
         .decision(protocol, &d, binary, Some((&method, &path)));
     if !d.verdict.lets_through() {
-        return super::http::denied(&d);
+        return super::answer::denied(&d);
     }
     let mut sender = sender.lock().await;
     if sender.ready().await.is_err() {

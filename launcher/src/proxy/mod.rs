@@ -5,15 +5,20 @@
 //! anything is resolved; allowed names are resolved once, checked, and the checked address is
 //! dialled.
 
+pub mod answer;
+pub mod connect;
 pub mod decide;
 pub mod dns;
 pub mod events;
+pub mod first_flight;
+pub mod head;
+pub mod hello;
 pub mod http;
+pub mod http_tunnel;
 pub mod identify;
 pub mod inspect;
 pub mod launch;
 pub mod matcher;
-pub mod peek;
 pub mod resolve;
 pub mod socks5;
 pub mod transparent;
@@ -21,6 +26,7 @@ pub mod tunnel;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -43,6 +49,26 @@ pub struct Proxy {
     pub inspector: Option<Arc<inspect::Inspector>>,
     /// The DNS stub's answers (transparent egress).
     pub stand_ins: dns::StandIns,
+    pub timeouts: Timeouts,
+}
+
+/// How long the proxy waits for clients.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// To send a whole request head (HTTP listener, also between kept-alive requests), a SOCKS5
+    /// handshake, or a tunnel's first TLS ClientHello or HTTP request head once it has begun.
+    pub header: Duration,
+    /// A new tunnel in which neither side has said anything.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
+        }
+    }
 }
 
 impl Proxy {
@@ -54,6 +80,7 @@ impl Proxy {
             identify: None,
             inspector: None,
             stand_ins: dns::StandIns::default(),
+            timeouts: Timeouts::default(),
         }
     }
 

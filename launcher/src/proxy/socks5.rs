@@ -4,7 +4,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -31,9 +30,6 @@ const CONNECTION_REFUSED: u8 = 0x05;
 const COMMAND_NOT_SUPPORTED: u8 = 0x07;
 const ADDRESS_TYPE_NOT_SUPPORTED: u8 = 0x08;
 
-/// A client that does not finish the handshake in this time is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
     super::accept_each(listener, proxy, |stream, peer, proxy| async move {
         let _ = handle(stream, peer, &proxy).await;
@@ -42,17 +38,19 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
 }
 
 async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::io::Result<()> {
-    let target = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut client)).await;
-    let (host, port) = match target {
-        Ok(Ok(Some(t))) => t,
-        Ok(Ok(None)) => return Ok(()),
+    // The whole handshake within the header timeout, or the client is dropped.
+    let target = tokio::time::timeout(proxy.timeouts.header, handshake(&mut client)).await;
+    let (request, early) = match target {
+        Ok(Ok(Handshake::Request(r, early))) => (r, early),
+        Ok(Ok(Handshake::Malformed(why))) => {
+            let binary = proxy.binary_of(peer, client.local_addr().ok());
+            proxy.events.malformed("socks5", &why, binary.as_ref());
+            return Ok(());
+        }
+        Ok(Ok(Handshake::Closed)) | Err(_) => return Ok(()),
         Ok(Err(e)) => return Err(e),
-        Err(_) => return Ok(()),
     };
-    let host = match Host::parse(&host) {
-        Ok(h) => h,
-        Err(_) => return reply(&mut client, NOT_ALLOWED, None).await,
-    };
+    let Request { host, port } = request;
     let binary = proxy.binary_of(peer, client.local_addr().ok());
     let mut decision = proxy
         .decider
@@ -65,18 +63,21 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
     }
     let upstream = match proxy.resolver.dial(&decision).await {
         Ok(s) => s,
-        Err(e) => {
-            let code = match &e {
-                DialError::Forbidden(why) => {
-                    deny(&mut decision, why);
-                    NOT_ALLOWED
-                }
-                DialError::Unresolved(_) => HOST_UNREACHABLE,
-                DialError::Connect(_) => CONNECTION_REFUSED,
-            };
+        Err(DialError::Forbidden(why)) => {
+            deny(&mut decision, &why);
             proxy
                 .events
                 .decision("socks5", &decision, binary.as_ref(), None);
+            return reply(&mut client, NOT_ALLOWED, None).await;
+        }
+        Err(e) => {
+            let code = match &e {
+                DialError::Unresolved(_) => HOST_UNREACHABLE,
+                _ => CONNECTION_REFUSED,
+            };
+            proxy
+                .events
+                .dial_error("socks5", &decision, binary.as_ref(), &e.to_string());
             return reply(&mut client, code, None).await;
         }
     };
@@ -84,7 +85,16 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         .events
         .decision("socks5", &decision, binary.as_ref(), None);
     reply(&mut client, SUCCEEDED, upstream.local_addr().ok()).await?;
-    if let Some(why) = super::tunnel::relay_for(client, upstream, Vec::new(), &host).await {
+    let refused = super::tunnel::relay_for(
+        client,
+        upstream,
+        early,
+        &host,
+        decision.opaque_ok,
+        &proxy.timeouts,
+    )
+    .await;
+    if let Some(why) = refused {
         deny(&mut decision, &why);
         proxy
             .events
@@ -98,63 +108,169 @@ fn deny(decision: &mut Decision, why: &str) {
     decision.reason = why.to_string();
 }
 
-/// Method negotiation and the request; the target, or `None` when the client was answered
-/// with a refusal already.
-async fn handshake(client: &mut TcpStream) -> std::io::Result<Option<(String, u16)>> {
-    let mut head = [0u8; 2];
-    client.read_exact(&mut head).await?;
-    if head[0] != VERSION {
-        return Ok(None);
-    }
-    let mut methods = vec![0u8; usize::from(head[1])];
-    client.read_exact(&mut methods).await?;
-    if !methods.contains(&NO_AUTH) {
-        client.write_all(&[VERSION, NO_ACCEPTABLE_METHOD]).await?;
-        return Ok(None);
-    }
-    client.write_all(&[VERSION, NO_AUTH]).await?;
+/// A CONNECT request: where to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub host: Host,
+    pub port: u16,
+}
 
-    let mut req = [0u8; 4];
-    client.read_exact(&mut req).await?;
-    if req[0] != VERSION {
-        return Ok(None);
+/// One step of reading the client's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step<T> {
+    /// More bytes are needed.
+    More,
+    /// Parsed from the first `usize` bytes.
+    Done(T, usize),
+    /// Not acceptable: the reply code to send (none: not SOCKS5 at all, just close) and why.
+    Refuse(Option<u8>, String),
+}
+
+/// The method negotiation: whether the client offers "no authentication".
+pub fn greeting(b: &[u8]) -> Step<bool> {
+    let Some(&version) = b.first() else {
+        return Step::More;
+    };
+    if version != VERSION {
+        return Step::Refuse(None, format!("not SOCKS5 (version byte {version})"));
     }
-    let host = match req[3] {
-        ATYP_IPV4 => {
-            let mut b = [0u8; 4];
-            client.read_exact(&mut b).await?;
-            Ipv4Addr::from(b).to_string()
+    let Some(&n) = b.get(1) else {
+        return Step::More;
+    };
+    let len = 2 + usize::from(n);
+    match b.get(2..len) {
+        Some(methods) => Step::Done(methods.contains(&NO_AUTH), len),
+        None => Step::More,
+    }
+}
+
+/// The request after the negotiation.
+pub fn request(b: &[u8]) -> Step<Request> {
+    if b.len() < 4 {
+        return Step::More;
+    }
+    if b[0] != VERSION {
+        return Step::Refuse(
+            None,
+            format!("not a SOCKS5 request (version byte {})", b[0]),
+        );
+    }
+    let (addr_len, at) = match b[3] {
+        ATYP_IPV4 => (4, 4),
+        ATYP_IPV6 => (16, 4),
+        ATYP_DOMAIN => match b.get(4) {
+            Some(&n) => (usize::from(n), 5),
+            None => return Step::More,
+        },
+        other => {
+            return Step::Refuse(
+                Some(ADDRESS_TYPE_NOT_SUPPORTED),
+                format!("SOCKS5 address type {other} is not supported"),
+            )
         }
+    };
+    let len = at + addr_len + 2;
+    if b.len() < len {
+        return Step::More;
+    }
+    let addr = &b[at..at + addr_len];
+    let port = u16::from_be_bytes([b[len - 2], b[len - 1]]);
+    if b[1] != CMD_CONNECT {
+        return Step::Refuse(
+            Some(COMMAND_NOT_SUPPORTED),
+            format!("SOCKS5 command {} is not supported (only CONNECT)", b[1]),
+        );
+    }
+    let host = match b[3] {
+        ATYP_IPV4 => Host::Ip(super::matcher::canonical_ip(IpAddr::V4(Ipv4Addr::new(
+            addr[0], addr[1], addr[2], addr[3],
+        )))),
         ATYP_IPV6 => {
-            let mut b = [0u8; 16];
-            client.read_exact(&mut b).await?;
-            format!("[{}]", Ipv6Addr::from(b))
+            let mut o = [0u8; 16];
+            o.copy_from_slice(addr);
+            Host::Ip(super::matcher::canonical_ip(IpAddr::V6(Ipv6Addr::from(o))))
         }
-        ATYP_DOMAIN => {
-            let mut len = [0u8; 1];
-            client.read_exact(&mut len).await?;
-            let mut name = vec![0u8; usize::from(len[0])];
-            client.read_exact(&mut name).await?;
-            match String::from_utf8(name) {
-                Ok(n) => n,
-                Err(_) => {
-                    reply(client, GENERAL_FAILURE, None).await?;
-                    return Ok(None);
+        _ => {
+            let shown: String = String::from_utf8_lossy(addr)
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect();
+            let Ok(name) = std::str::from_utf8(addr) else {
+                return Step::Refuse(
+                    Some(GENERAL_FAILURE),
+                    format!("the SOCKS5 host name `{shown}` is not UTF-8"),
+                );
+            };
+            match Host::parse(name) {
+                Ok(h) if name.trim() == name => h,
+                _ => {
+                    return Step::Refuse(
+                        Some(NOT_ALLOWED),
+                        format!("the SOCKS5 host name `{shown}` is not a valid host name"),
+                    )
                 }
             }
         }
-        _ => {
-            reply(client, ADDRESS_TYPE_NOT_SUPPORTED, None).await?;
-            return Ok(None);
+    };
+    Step::Done(Request { host, port }, len)
+}
+
+enum Handshake {
+    /// The request, and whatever the client sent after it (its first bytes for the tunnel).
+    Request(Request, Vec<u8>),
+    /// Refused with a reply (or closed) because it was malformed: why.
+    Malformed(String),
+    /// The client left, or wanted something we do not offer (answered already).
+    Closed,
+}
+
+/// Method negotiation and the request.
+async fn handshake(client: &mut TcpStream) -> std::io::Result<Handshake> {
+    let mut buf = Vec::with_capacity(64);
+    let offers_no_auth = loop {
+        match greeting(&buf) {
+            Step::More => {}
+            Step::Done(ok, len) => {
+                buf.drain(..len);
+                break ok;
+            }
+            Step::Refuse(_, why) => return Ok(Handshake::Malformed(why)),
+        }
+        if read_more(client, &mut buf).await? == 0 {
+            return Ok(Handshake::Closed);
         }
     };
-    let mut port = [0u8; 2];
-    client.read_exact(&mut port).await?;
-    if req[1] != CMD_CONNECT {
-        reply(client, COMMAND_NOT_SUPPORTED, None).await?;
-        return Ok(None);
+    if !offers_no_auth {
+        client.write_all(&[VERSION, NO_ACCEPTABLE_METHOD]).await?;
+        return Ok(Handshake::Closed);
     }
-    Ok(Some((host, u16::from_be_bytes(port))))
+    client.write_all(&[VERSION, NO_AUTH]).await?;
+    loop {
+        match request(&buf) {
+            Step::More => {}
+            Step::Done(r, len) => {
+                buf.drain(..len);
+                return Ok(Handshake::Request(r, buf));
+            }
+            Step::Refuse(code, why) => {
+                if let Some(code) = code {
+                    reply(client, code, None).await?;
+                }
+                return Ok(Handshake::Malformed(why));
+            }
+        }
+        if read_more(client, &mut buf).await? == 0 {
+            return Ok(Handshake::Closed);
+        }
+    }
+}
+
+/// Append what the client sent next (at most 512 bytes at a time: a handshake is smaller).
+async fn read_more(client: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut chunk = [0u8; 512];
+    let n = client.read(&mut chunk).await?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
 }
 
 async fn reply(client: &mut TcpStream, code: u8, bound: Option<SocketAddr>) -> std::io::Result<()> {

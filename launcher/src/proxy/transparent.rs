@@ -13,9 +13,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::decide::{Channel, Decision, Verdict};
 use super::dns::StandIns;
+use super::first_flight::{self, Flight};
+use super::head;
 use super::identify::Program;
 use super::matcher::Host;
-use super::peek::{self, FirstBytes};
 use super::Proxy;
 
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
@@ -33,7 +34,7 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
     // The program's socket is connected (as it sees it) to the original destination.
     let binary = proxy.binary_of(peer, Some(SocketAddr::V4(orig)));
     let (ip, port) = (IpAddr::V4(*orig.ip()), orig.port());
-    let (mut decision, address) = match stand_in(proxy, ip) {
+    let (mut decision, address, early) = match stand_in(proxy, ip) {
         // A name the DNS stub gave: decided on now; what the client asks for is checked as it
         // comes, while the server's bytes already flow (server-first protocols).
         Some(Ok(host)) => (
@@ -41,18 +42,26 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
                 .decider
                 .decide(&host, port, binary.as_ref(), Channel::Tunnel),
             None,
+            Vec::new(),
         ),
         Some(Err(why)) => {
             let mut d = proxy
                 .decider
                 .decide(&Host::Ip(ip), port, binary.as_ref(), Channel::Tunnel);
             refuse(&mut d, why);
-            (d, None)
+            (d, None, Vec::new())
         }
         // An address the program found itself: its first bytes may name the host.
         None => {
-            let first = peek::first_bytes(&client, Some(peek::FIRST_BYTES_WAIT)).await;
-            decide_address(proxy, ip, port, binary.as_ref(), &first).await
+            let first = first_flight::read(
+                &client,
+                Vec::new(),
+                Some(first_flight::FIRST_BYTES_WAIT),
+                proxy.timeouts.header,
+            )
+            .await;
+            let (d, a) = decide_address(proxy, ip, port, binary.as_ref(), &first.flight).await;
+            (d, a, first.bytes)
         }
     };
     if !decision.verdict.lets_through() {
@@ -72,11 +81,10 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
     let upstream = match upstream {
         Ok(u) => u,
         Err(e) => {
-            decision.verdict = Verdict::Deny;
-            decision.reason = e;
+            // Allowed, but the server cannot be reached: an error, not a denial.
             proxy
                 .events
-                .decision("transparent", &decision, binary.as_ref(), None);
+                .dial_error("transparent", &decision, binary.as_ref(), &e);
             return super::tunnel::reset(client);
         }
     };
@@ -85,7 +93,16 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
         .events
         .decision("transparent", &decision, binary.as_ref(), None);
     let host = decision.host.clone();
-    if let Some(why) = super::tunnel::relay_for(client, upstream, Vec::new(), &host).await {
+    let refused = super::tunnel::relay_for(
+        client,
+        upstream,
+        early,
+        &host,
+        decision.opaque_ok,
+        &proxy.timeouts,
+    )
+    .await;
+    if let Some(why) = refused {
         refuse(&mut decision, why);
         proxy
             .events
@@ -118,27 +135,28 @@ async fn decide_address(
     ip: IpAddr,
     port: u16,
     binary: Option<&Program>,
-    first: &FirstBytes,
+    first: &Flight,
 ) -> (Decision, Option<SocketAddr>) {
     let host = Host::Ip(ip);
-    let mut decision = proxy.decider.decide(&host, port, binary, Channel::Tunnel);
-    if let Some(why) = peek::mismatch(&host, first) {
-        if decision.verdict.lets_through() {
-            refuse(&mut decision, why);
-            return (decision, None);
-        }
-    }
+    let decision = proxy.decider.decide(&host, port, binary, Channel::Tunnel);
     if decision.verdict.lets_through() {
+        // An address rule: the tunnel checks the flight (unparsed bytes need `tls: skip`).
         return (decision, None);
     }
     // Decide on the name it asks for instead, and dial the address it chose only if that name
-    // resolves to it here too.
-    let FirstBytes::Named { via, name } = first else {
+    // resolves to it here too. Every name the flight gives must be that one name.
+    let names = first.names();
+    let Some(head::Named { via, name }) = names.first() else {
         return (decision, None);
     };
     let Ok(named) = Host::parse(name) else {
         return (decision, None);
     };
+    if let Some(why) = head::mismatch(&named, &names) {
+        let mut d = decision;
+        refuse(&mut d, why);
+        return (d, None);
+    }
     let by_name = proxy.decider.decide(&named, port, binary, Channel::Tunnel);
     if !by_name.verdict.lets_through() {
         return (by_name, None);

@@ -34,69 +34,83 @@ pub fn reset(stream: TcpStream) {
 }
 
 /// Relay a tunnel opened for `host` in both directions until both are closed (half-closes are
-/// passed on): the upstream's bytes flow at once (server-first protocols are not held up); the
-/// client's only once its first bytes (after `early`, which was already read from it and goes
-/// first) are known not to name another host. On a refusal both connections are reset and the
-/// reason returned.
+/// passed on). Whoever speaks first decides how: when the server does (SMTP, SSH servers,
+/// databases), the tunnel is relayed as it is; when the client does, its first flight (after
+/// `early`, which was already read from it) must be a TLS ClientHello or an HTTP request head
+/// that names `host` — or, where `opaque_ok`, anything. HTTP goes on request by request through
+/// `http_tunnel`, so that every request on the connection is checked. A tunnel in which
+/// nobody speaks for `timeouts.idle` is closed. On a refusal the client is reset and the reason
+/// returned.
 pub async fn relay_for(
     client: TcpStream,
     upstream: TcpStream,
     early: Vec<u8>,
     host: &super::matcher::Host,
+    opaque_ok: bool,
+    timeouts: &super::Timeouts,
 ) -> Option<String> {
+    use super::first_flight::{self, Flight};
+    if early.is_empty() {
+        // Peeked, not `readable()`: readiness can be reported before a byte is there.
+        let (mut from_server, mut from_client) = ([0u8; 1], [0u8; 1]);
+        let server_first = tokio::select! {
+            biased;
+            // A TLS or HTTP server never speaks first: if the server has, it is not one.
+            _ = upstream.peek(&mut from_server) => true,
+            _ = client.peek(&mut from_client) => false,
+            _ = tokio::time::sleep(timeouts.idle) => {
+                reset(client);
+                return None;
+            }
+        };
+        if server_first {
+            relay(client, upstream, Vec::new()).await;
+            return None;
+        }
+    }
+    let first = first_flight::read(&client, early, None, timeouts.header).await;
+    if let Some(why) = first.flight.refusal(host, opaque_ok) {
+        reset(client);
+        return Some(why);
+    }
+    match first.flight {
+        Flight::Http { .. } if matches!(host, super::matcher::Host::Name(_)) => {
+            super::http_tunnel::serve(client, first.bytes, upstream, host, timeouts).await
+        }
+        _ => {
+            relay(client, upstream, first.bytes).await;
+            None
+        }
+    }
+}
+
+/// Relay both ways, `early` first (it was read from the client already): splice through pipes,
+/// or a buffered copy where pipes cannot be had.
+pub async fn relay(client: TcpStream, upstream: TcpStream, early: Vec<u8>) {
     use tokio::io::AsyncWriteExt;
     let (Ok(up), Ok(down)) = (Pipe::new(), Pipe::new()) else {
-        if let Some(why) = super::peek::check_tunnel(&client, &early, host).await {
-            reset(client);
-            return Some(why);
-        }
         let (mut client, mut upstream) = (client, upstream);
         if upstream.write_all(&early).await.is_ok() {
             let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
         }
-        return None;
+        return;
     };
     let client_side = async {
-        if let Some(why) = super::peek::check_tunnel(&client, &early, host).await {
-            return Err(io::Error::other(Refused(why)));
-        }
-        if !early.is_empty() {
-            // Written through a shared reference: `upstream` is only spliced into after this.
-            let mut sent = 0;
-            while sent < early.len() {
-                upstream.writable().await?;
-                match upstream.try_write(&early[sent..]) {
-                    Ok(n) => sent += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(e),
-                }
+        // Written through a shared reference: `upstream` is only spliced into after this.
+        let mut sent = 0;
+        while sent < early.len() {
+            upstream.writable().await?;
+            match upstream.try_write(&early[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
             }
         }
+        drop(early);
         one_way(&client, &upstream, &up).await
     };
-    let outcome = tokio::try_join!(client_side, one_way(&upstream, &client, &down));
-    let refused = outcome.err().and_then(|e| {
-        e.into_inner()
-            .and_then(|inner| inner.downcast::<Refused>().ok())
-            .map(|r| r.0)
-    });
-    if refused.is_some() {
-        reset(client);
-    }
-    refused
+    let _ = tokio::try_join!(client_side, one_way(&upstream, &client, &down));
 }
-
-/// The client's first bytes named another host than the tunnel's.
-#[derive(Debug)]
-struct Refused(String);
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Refused {}
 
 struct Pipe {
     read: OwnedFd,
@@ -214,8 +228,7 @@ mod tests {
     async fn bytes_and_half_closes_cross_the_relay_both_ways() {
         let (mut client, client_side) = pair().await;
         let (upstream_side, mut server) = pair().await;
-        let any = crate::proxy::matcher::Host::Ip(std::net::Ipv4Addr::LOCALHOST.into());
-        tokio::spawn(async move { relay_for(client_side, upstream_side, Vec::new(), &any).await });
+        tokio::spawn(async move { relay(client_side, upstream_side, Vec::new()).await });
         let payload: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
         let send = payload.clone();
         let writer = tokio::spawn(async move {

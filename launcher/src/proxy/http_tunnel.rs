@@ -1,0 +1,219 @@
+//! Plain HTTP inside a tunnel opened for a name (CONNECT to port 80, SOCKS5, transparent egress):
+//! relayed request by request, so that every request on a kept-alive connection is checked, not
+//! only the first. Each request head is parsed by hyper (httparse), its hosts found by the same
+//! rules as the first flight (`head::names`), and a request naming another host is answered 403
+//! and the connection closed. A protocol switch (`101`, WebSocket) hands both sockets to a plain
+//! byte copy once the server has agreed.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONNECTION, HOST};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex as AsyncMutex;
+
+use super::answer::{text_response, Body};
+use super::head;
+use super::matcher::Host;
+use super::Timeouts;
+use http_body_util::BodyExt;
+
+type Sender = hyper::client::conn::http1::SendRequest<Incoming>;
+
+/// Relay HTTP between `client` (whose first `prefix` bytes were already read from it) and
+/// `upstream` until either side closes. The reason of the first refusal, if any.
+pub async fn serve(
+    client: TcpStream,
+    prefix: Vec<u8>,
+    upstream: TcpStream,
+    host: &Host,
+    timeouts: &Timeouts,
+) -> Option<String> {
+    let (sender, conn) = match hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .handshake::<_, Incoming>(TokioIo::new(upstream))
+        .await
+    {
+        Ok(x) => x,
+        Err(_) => return None,
+    };
+    tokio::spawn(conn.with_upgrades());
+    let sender = Arc::new(AsyncMutex::new(sender));
+    let refused: Arc<Mutex<Option<String>>> = Arc::default();
+    let svc = {
+        let refused = refused.clone();
+        let host = host.clone();
+        service_fn(move |req: Request<Incoming>| {
+            let sender = sender.clone();
+            let refused = refused.clone();
+            let host = host.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(one_request(&sender, &host, &refused, req).await)
+            }
+        })
+    };
+    let _ = http1::Builder::new()
+        .preserve_header_case(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header)
+        .max_buf_size(super::head::MAX_HEAD)
+        .serve_connection(TokioIo::new(Prefixed::new(prefix, client)), svc)
+        .with_upgrades()
+        .await;
+    let why = refused.lock().ok()?.take();
+    why
+}
+
+async fn one_request(
+    sender: &AsyncMutex<Sender>,
+    host: &Host,
+    refused: &Mutex<Option<String>>,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
+    let target = req.uri().to_string();
+    let names = head::names(
+        req.method().as_str(),
+        &target,
+        req.headers()
+            .get_all(HOST)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    );
+    let why = match names {
+        Ok(names) => head::mismatch(host, &names),
+        Err(why) => Some(why),
+    };
+    if let Some(why) = why {
+        let mut resp = text_response(
+            StatusCode::FORBIDDEN,
+            format!("sandbox-launch: the sandbox's network policy refused this request.\nReason: {why}\nThis is a policy decision, not a network failure: retrying will not help.\n"),
+        );
+        resp.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        if let Ok(mut r) = refused.lock() {
+            r.get_or_insert(why);
+        }
+        return resp;
+    }
+    let client_upgrade = hyper::upgrade::on(&mut req);
+    let mut sender = sender.lock().await;
+    if sender.ready().await.is_err() {
+        return gateway_error(host);
+    }
+    let mut resp = match sender.send_request(req).await {
+        Ok(resp) => resp,
+        Err(_) => return gateway_error(host),
+    };
+    drop(sender);
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let server_upgrade = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            if let (Ok(c), Ok(s)) = (client_upgrade.await, server_upgrade.await) {
+                let _ =
+                    tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(s)).await;
+            }
+        });
+    }
+    resp.map(|b| b.boxed())
+}
+
+fn gateway_error(host: &Host) -> Response<Body> {
+    text_response(
+        StatusCode::BAD_GATEWAY,
+        format!("sandbox-launch proxy: the connection to {host} failed\n"),
+    )
+}
+
+/// A socket whose first bytes were already read: they are read again first.
+pub struct Prefixed<T> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: T,
+}
+
+impl<T> Prefixed<T> {
+    pub fn new(prefix: Vec<u8>, inner: T) -> Self {
+        Prefixed {
+            prefix,
+            at: 0,
+            inner,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.prefix.len() {
+            let n = (self.prefix.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.at += n;
+            if self.at == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::proxy::testing;
+
+    #[tokio::test]
+    async fn a_second_request_on_the_same_connection_is_checked_too() {
+        let up = testing::upstream().await;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (client, _) = l.accept().await.unwrap();
+        let upstream = TcpStream::connect(up).await.unwrap();
+        let host = Host::parse("allowed.test").unwrap();
+        let first = b"GET /one HTTP/1.1\r\nHost: allowed.test\r\n\r\n".to_vec();
+        let task = tokio::spawn(async move {
+            serve(client, first, upstream, &host, &Timeouts::default()).await
+        });
+        c.write_all(b"GET /two HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).await.unwrap();
+        assert!(out.contains("path=/one"), "{out}");
+        assert!(!out.contains("path=/two"), "{out}");
+        assert!(out.contains("403 Forbidden"), "{out}");
+        let why = task.await.unwrap().unwrap();
+        assert!(why.contains("HTTP Host asks for denied.test"), "{why}");
+    }
+}
