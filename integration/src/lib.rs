@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 pub mod mock_model;
 pub mod net;
+pub mod recording;
 
 /// The unprivileged user the tests switch to when they run as root.
 pub const NOBODY: u32 = 65534;

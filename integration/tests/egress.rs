@@ -18,7 +18,9 @@ fn open_socket(port: u16, via_proxy: bool) -> String {
         format!(
             "s = socket.create_connection((\"127.0.0.1\", 3128), timeout=10)
 s.sendall(b\"CONNECT allowed.test:{port} HTTP/1.1\\r\\nHost: allowed.test:{port}\\r\\n\\r\\n\")
-assert s.recv(200).startswith(b\"HTTP/1.1 200\")"
+h = b\"\"
+while not h.endswith(b\"\\r\\n\\r\\n\"): h += s.recv(1)
+assert h.startswith(b\"HTTP/1.1 200\")"
         )
     } else {
         format!("s = socket.create_connection((\"allowed.test\", {port}), timeout=10)")
@@ -33,7 +35,7 @@ fn raw_get(label: &str, host: &str, port: u16, path: &str, host_header: &str) ->
 import socket
 try:
     s = socket.create_connection(("{host}", {port}), timeout=10)
-    s.sendall(b"GET {path} HTTP/1.0\r\nHost: {host_header}\r\n\r\n")
+    s.sendall(b"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nConnection: close\r\n\r\n")
     data = s.recv(200)
     print("{label}=" + (data.decode().splitlines()[0] if data else "eof"))
 except ConnectionResetError:
@@ -215,7 +217,7 @@ except (ConnectionResetError, ssl.SSLError, OSError) as e:
             r#"python3 -c '
 import socket
 {connect}
-s.sendall(b"GET {path} HTTP/1.0\r\nHost: {host_header}\r\n\r\n")
+s.sendall(b"GET {path} HTTP/1.1\r\nHost: {host_header}\r\nConnection: close\r\n\r\n")
 try:
     data = s.recv(200)
     print("{label}=" + (data.decode().splitlines()[0] if data else "eof"))

@@ -1,0 +1,218 @@
+//! Servers on the host's 127.0.0.1 that record what reached them, so that a test judges on what
+//! a server received and would act on, not on what the client saw: a TLS server (rustls, the
+//! ClientHello read by rustls's server-side `Acceptor`) that records each connection's SNI and
+//! how many bytes it received, and an HTTP/1.1 server (`httparse`, the parser of hyper's servers)
+//! that records each request's method, target and `Host` headers, with keep-alive.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+/// One TLS connection as the server saw it.
+#[derive(Debug, Clone, Default)]
+pub struct TlsConn {
+    /// Bytes received from the client (before and during the handshake).
+    pub bytes: usize,
+    /// The ClientHello was read whole; its SNI.
+    pub hello: bool,
+    pub sni: Option<String>,
+}
+
+pub struct TlsRecorder {
+    pub port: u16,
+    conns: Arc<Mutex<Vec<TlsConn>>>,
+}
+
+impl TlsRecorder {
+    /// Serves a certificate for `allowed.test` (self-signed: clients inside do not verify it)
+    /// and answers one HTTP request per connection with `tls-ok`.
+    pub fn start() -> Self {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["allowed.test".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()),
+        );
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(vec![cert.der().clone()], key_der)
+                .unwrap(),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let conns: Arc<Mutex<Vec<TlsConn>>> = Arc::default();
+        let seen = conns.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (seen, config) = (seen.clone(), config.clone());
+                std::thread::spawn(move || tls_conn(stream, &seen, config));
+            }
+        });
+        TlsRecorder { port, conns }
+    }
+
+    /// The connections that received at least one byte.
+    pub fn spoken_to(&self) -> Vec<TlsConn> {
+        let conns = self.conns.lock().unwrap();
+        conns.iter().filter(|c| c.bytes > 0).cloned().collect()
+    }
+}
+
+fn tls_conn(mut stream: TcpStream, seen: &Mutex<Vec<TlsConn>>, config: Arc<rustls::ServerConfig>) {
+    let index = {
+        let mut all = seen.lock().unwrap();
+        all.push(TlsConn::default());
+        all.len() - 1
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let mut acceptor = rustls::server::Acceptor::default();
+    let accepted = loop {
+        let mut buf = [0u8; 4096];
+        let n = match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        seen.lock().unwrap()[index].bytes += n;
+        let mut rd = &buf[..n];
+        while !rd.is_empty() {
+            if acceptor.read_tls(&mut rd).is_err() {
+                return;
+            }
+        }
+        match acceptor.accept() {
+            Ok(None) => continue,
+            Ok(Some(a)) => break a,
+            Err(_) => return,
+        }
+    };
+    {
+        let mut all = seen.lock().unwrap();
+        all[index].hello = true;
+        all[index].sni = accepted.client_hello().server_name().map(str::to_string);
+    }
+    let Ok(conn) = accepted.into_connection(config) else {
+        return;
+    };
+    let mut tls = rustls::StreamOwned::new(conn, stream);
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match tls.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let _ =
+        tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\ntls-ok\n");
+    let _ = tls.flush();
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
+}
+
+/// One request as the HTTP server parsed it.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    pub method: String,
+    pub target: String,
+    /// Every `Host` header's value, in order.
+    pub hosts: Vec<String>,
+}
+
+pub struct HttpRecorder {
+    pub port: u16,
+    requests: Arc<Mutex<Vec<HttpRequest>>>,
+    /// Connections that sent bytes which did not parse as a request.
+    garbled: Arc<Mutex<usize>>,
+}
+
+impl HttpRecorder {
+    /// Answers each request with `http-ok <target>`; keeps connections alive.
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests: Arc<Mutex<Vec<HttpRequest>>> = Arc::default();
+        let garbled: Arc<Mutex<usize>> = Arc::default();
+        let (seen, bad) = (requests.clone(), garbled.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (seen, bad) = (seen.clone(), bad.clone());
+                std::thread::spawn(move || http_conn(stream, &seen, &bad));
+            }
+        });
+        HttpRecorder {
+            port,
+            requests,
+            garbled,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<HttpRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// Whether a request for a target containing `needle` arrived.
+    pub fn saw(&self, needle: &str) -> bool {
+        self.requests().iter().any(|r| r.target.contains(needle))
+    }
+
+    pub fn garbled(&self) -> usize {
+        *self.garbled.lock().unwrap()
+    }
+}
+
+fn http_conn(mut stream: TcpStream, seen: &Mutex<Vec<HttpRequest>>, bad: &Mutex<usize>) {
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let mut buf = Vec::new();
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let target = req.path.unwrap_or("").to_string();
+                seen.lock().unwrap().push(HttpRequest {
+                    method: req.method.unwrap_or("").to_string(),
+                    target: target.clone(),
+                    hosts: req
+                        .headers
+                        .iter()
+                        .filter(|h| h.name.eq_ignore_ascii_case("host"))
+                        .map(|h| String::from_utf8_lossy(h.value).into_owned())
+                        .collect(),
+                });
+                buf.drain(..len);
+                let body = format!("http-ok {target}\n");
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if stream.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(_) => {
+                *bad.lock().unwrap() += 1;
+                return;
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => {
+                if !buf.is_empty() {
+                    *bad.lock().unwrap() += 1;
+                }
+                return;
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
