@@ -184,3 +184,134 @@ fn check_prints_the_effective_policy_and_where_it_came_from() {
         "{text}"
     );
 }
+
+/// Launches with `opts` must be refused (111) before the program runs, naming `names` on stderr.
+fn refused_before_the_program_runs(caller: Caller, work: &TempDir, opts: &[&str], names: &[&str]) {
+    let out = sh(caller, &work.path, opts, "echo ran > marker");
+    assert_eq!(
+        out.status.code(),
+        Some(111),
+        "{caller:?}: {}",
+        explain(&out)
+    );
+    for n in names {
+        assert!(
+            stderr(&out).contains(n),
+            "{caller:?}: {n}: {}",
+            explain(&out)
+        );
+    }
+    assert!(!work.join("marker").exists(), "{caller:?}: the program ran");
+}
+
+#[test]
+fn a_misspelt_top_level_settings_key_refuses_the_launch() {
+    for caller in CALLERS {
+        let work = TempDir::new("sandbx");
+        let settings = work.write(
+            "settings.json",
+            r#"{"sandbx": {"filesystem": {"denyRead": ["/etc/shadow"]}}}"#,
+        );
+        refused_before_the_program_runs(
+            caller,
+            &work,
+            &["--settings", settings.to_str().unwrap()],
+            &["`sandbx` looks like a misspelt `sandbox`"],
+        );
+        // The allowed twin: spelt right, the same file launches.
+        let good = work.write(
+            "good.json",
+            r#"{"sandbox": {"filesystem": {"denyRead": ["/etc/shadow"]}}}"#,
+        );
+        let out = sh(
+            caller,
+            &work.path,
+            &["--settings", good.to_str().unwrap()],
+            "echo ran",
+        );
+        assert_eq!(stdout(&out).trim(), "ran", "{caller:?}: {}", explain(&out));
+    }
+}
+
+#[test]
+fn an_unknown_policy_key_refuses_the_launch_naming_key_and_line() {
+    for caller in CALLERS {
+        let work = TempDir::new("unknown-key");
+        let policy = work.write(
+            "policy.yaml",
+            "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: api.test\n        port: 80\n        protocol: rest\n        access: read-only\n        deny_rule:\n          - {method: GET, path: /secret}\n    binaries: [{path: /usr/bin/curl}]\n",
+        );
+        refused_before_the_program_runs(
+            caller,
+            &work,
+            &["--policy", policy.to_str().unwrap()],
+            &[
+                "network_policies.api.endpoints[0].deny_rule: unknown key (did you mean `deny_rules`?",
+                "line 10",
+            ],
+        );
+        let top = work.write("top.yaml", "version: 1\nnetwork_polices: {}\n");
+        refused_before_the_program_runs(
+            caller,
+            &work,
+            &["--policy", top.to_str().unwrap()],
+            &["network_polices: unknown key", "line 2"],
+        );
+    }
+}
+
+#[test]
+fn sandbox_runtime_settings_are_enforced() {
+    for caller in CALLERS {
+        let work = TempDir::new("srt");
+        work.write("secret.txt", "s3cret\n");
+        work.write("public.txt", "public\n");
+        let out_dir = TempDir::new("srt-out");
+        let settings = work.write(
+            "srt.json",
+            &format!(
+                r#"{{
+  "network": {{"allowedDomains": [], "deniedDomains": [], "allowLocalBinding": false}},
+  "filesystem": {{
+    "denyRead": ["{secret}"],
+    "allowWrite": ["{out}"],
+    "denyWrite": []
+  }},
+  "ignoreViolations": {{"*": ["/usr/bin"]}}
+}}"#,
+                secret = work.join("secret.txt").display(),
+                out = out_dir.path.display()
+            ),
+        );
+        let script = format!(
+            "cat public.txt; cat secret.txt 2>/dev/null || echo secret-refused; echo x > {}/w && echo out-ok",
+            out_dir.path.display()
+        );
+        let out = sh(
+            caller,
+            &work.path,
+            &["--settings", settings.to_str().unwrap()],
+            &script,
+        );
+        let text = stdout(&out);
+        assert!(text.contains("public"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("secret-refused") && !text.contains("s3cret"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("out-ok"), "{caller:?}: {}", explain(&out));
+        // A setting that would widen the sandbox refuses the launch instead of being dropped.
+        let wide = work.write(
+            "wide.json",
+            r#"{"network": {"allowedDomains": [], "deniedDomains": [], "allowAllUnixSockets": true},
+ "filesystem": {"denyRead": [], "allowWrite": [], "denyWrite": []}}"#,
+        );
+        refused_before_the_program_runs(
+            caller,
+            &work,
+            &["--settings", wide.to_str().unwrap()],
+            &["network.allowAllUnixSockets: not supported"],
+        );
+    }
+}

@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use super::merge::{describe_source, show_fs, show_landlock, show_network};
-use super::model::{Endpoint, Enforcement, FsMode, Policy, Source, Sourced};
+use super::model::{Endpoint, Enforcement, FsMode, HttpRule, Policy, Source, Sourced};
 
 /// A multi-line, human-readable account of `policy`.
 pub fn describe(policy: &Policy) -> String {
@@ -155,18 +155,10 @@ fn network(out: &mut String, p: &Policy) {
         let _ = writeln!(out, "    {key}{name}  [{}]", describe_source(&rule.source));
         for e in &r.endpoints {
             let _ = writeln!(out, "      {}", endpoint(e));
-            for h in &e.rules {
-                let q: Vec<String> = h
-                    .query
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", v.join("|")))
-                    .collect();
-                let q = if q.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ?{}", q.join("&"))
-                };
-                let _ = writeln!(out, "        allow {} {}{q}", h.method, h.path);
+            for (verb, list) in [("allow", &e.rules), ("deny ", &e.deny_rules)] {
+                for h in list {
+                    let _ = writeln!(out, "        {verb} {}", request(h));
+                }
             }
         }
         let bins = if r.binaries.is_empty() {
@@ -177,6 +169,20 @@ fn network(out: &mut String, p: &Policy) {
         let _ = writeln!(out, "      binaries: {bins}");
     }
     let _ = writeln!(out);
+}
+
+fn request(h: &HttpRule) -> String {
+    let q: Vec<String> = h
+        .query
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.join("|")))
+        .collect();
+    let q = if q.is_empty() {
+        String::new()
+    } else {
+        format!(" ?{}", q.join("&"))
+    };
+    format!("{} {}{q}", h.method, h.path)
 }
 
 fn endpoint(e: &Endpoint) -> String {
@@ -198,6 +204,12 @@ fn endpoint(e: &Endpoint) -> String {
     }
     if let Some(a) = &e.access {
         let _ = write!(s, " access={a}");
+    }
+    if let Some(p) = &e.path {
+        let _ = write!(s, " path={p}");
+    }
+    if e.allow_encoded_slash {
+        s.push_str(" allow_encoded_slash");
     }
     if e.enforcement == Enforcement::Audit {
         s.push_str(" enforcement=audit (logged, not blocked)");

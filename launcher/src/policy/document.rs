@@ -1,5 +1,6 @@
 //! Reading a parsed policy document (YAML or JSON, both held as a `serde_json::Value`) with
-//! errors that name the file, the key path and what is allowed, and warnings for unknown keys.
+//! errors that name the file, the key path and what is allowed. Which keys may appear was
+//! checked while the text was parsed (`shape`).
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -63,35 +64,10 @@ impl Doc {
             .push(format!("{}: {at}: {msg}", self.file.display()));
     }
 
-    /// An object whose keys are checked against `known`. An unknown key that looks like a
-    /// misspelt known one is an error (a misspelt deny list must not silently vanish); any other
-    /// unknown key is a warning (a newer format version may have added it).
-    pub fn object<'v>(
-        &mut self,
-        v: &'v Value,
-        at: &KeyPath,
-        known: &[&str],
-    ) -> Result<&'v Map<String, Value>> {
-        let map = v
-            .as_object()
-            .ok_or_else(|| self.error(at, format!("expected a mapping, found {}", kind(v))))?;
-        for k in map.keys() {
-            if known.contains(&k.as_str()) {
-                continue;
-            }
-            match known.iter().find(|known| looks_like(k, known)) {
-                Some(meant) => {
-                    return Err(
-                        self.error(&at.key(k), format!("unknown key (did you mean `{meant}`?)"))
-                    )
-                }
-                None => self.warn(
-                    &at.key(k),
-                    format!("unknown key, ignored (known here: {})", known.join(", ")),
-                ),
-            }
-        }
-        Ok(map)
+    /// A mapping (its keys were checked against the format's shape while parsing).
+    pub fn object<'v>(&self, v: &'v Value, at: &KeyPath) -> Result<&'v Map<String, Value>> {
+        v.as_object()
+            .ok_or_else(|| self.error(at, format!("expected a mapping, found {}", kind(v))))
     }
 
     pub fn string<'v>(&self, v: &'v Value, at: &KeyPath) -> Result<&'v str> {
@@ -179,46 +155,9 @@ fn show(v: &Value) -> String {
     }
 }
 
-/// `k` is probably a misspelling of `known`: equal once case, `_` and `-` are ignored, or at
-/// most two edits apart (for keys long enough that two edits is a typo, not another word).
-fn looks_like(k: &str, known: &str) -> bool {
-    let fold = |s: &str| -> String {
-        s.chars()
-            .filter(|c| *c != '_' && *c != '-')
-            .flat_map(char::to_lowercase)
-            .collect()
-    };
-    let (a, b) = (fold(k), fold(known));
-    a == b || (b.len() >= 5 && edit_distance(&a, &b) <= 2)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn misspelt_keys_are_recognised() {
-        assert!(looks_like("denyread", "denyRead"));
-        assert!(looks_like("deny_read", "denyRead"));
-        assert!(looks_like("read_onyl", "read_only"));
-        assert!(looks_like("allowWrites", "allowWrite"));
-        assert!(!looks_like("excludedCommands", "denyRead"));
-        assert!(!looks_like("tag", "tls"));
-    }
 
     #[test]
     fn key_paths_read_like_the_document() {

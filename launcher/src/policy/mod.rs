@@ -26,6 +26,7 @@ pub mod model;
 pub mod openshell;
 mod paths;
 pub mod runtime;
+mod shape;
 
 use std::path::PathBuf;
 

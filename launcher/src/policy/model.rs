@@ -109,17 +109,27 @@ pub struct NetworkRule {
     pub binaries: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct Endpoint {
-    /// Exact host, `*.suffix` wildcard or IP literal; lower-case, no trailing dot, punycode.
+    /// Exact host, IP literal, or an OpenShell host glob (`*` within one DNS label, `**` as the
+    /// whole first label for one or more labels); lower-case, no trailing dot, punycode.
     pub host: String,
     /// Allowed ports; empty means any port.
     pub ports: Vec<u16>,
+    /// `rest` (requests are checked) or `tcp` (said explicitly: bytes only); `None` is `tcp`.
     pub protocol: Option<String>,
     pub tls: Option<String>,
     pub enforcement: Enforcement,
     pub access: Option<String>,
+    /// Requests allowed (`rules`); a request no rule allows is refused.
     pub rules: Vec<HttpRule>,
+    /// Requests refused even when `rules` or `access` allow them.
+    pub deny_rules: Vec<HttpRule>,
+    /// The request paths this endpoint's rules apply to (OpenShell's endpoint `path` glob);
+    /// `None`: every path.
+    pub path: Option<String>,
+    /// Keep `%2F` inside path segments instead of refusing the request.
+    pub allow_encoded_slash: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -132,7 +142,9 @@ pub enum Enforcement {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HttpRule {
+    /// Upper-case method, or `*` for any.
     pub method: String,
+    /// Path glob (`*` within a segment, `**` across), matched against the canonical path.
     pub path: String,
     /// Decoded query parameter name -> any of these globs.
     pub query: BTreeMap<String, Vec<String>>,

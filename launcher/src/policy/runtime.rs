@@ -9,6 +9,9 @@
 //!   all: false                        # the launcher's whole environment (--env-all; warned)
 //! ```
 //!
+//! Its keys are checked with the format's others (`openshell/keys.rs` `ENVIRONMENT`); a new key goes
+//! there too.
+//!
 //! Merge: variables passed or set are grants — an untrusted project's are dropped, and the
 //! highest layer's value of a variable set twice wins.
 
@@ -99,7 +102,7 @@ fn read_environment(
     at: &KeyPath,
     frag: &mut RuntimeFragment,
 ) -> Result<()> {
-    let map = doc.object(v, at, &["pass", "set", "all"])?;
+    let map = doc.object(v, at)?;
     if let Some(v) = given(map, "pass") {
         for (at, name) in doc.strings(v, &at.key("pass"))? {
             check_name(name).map_err(|e| doc.error(&at, e))?;

@@ -117,6 +117,7 @@ async fn forward(
             }
         }
     }
+    let canonical = decision.canonical_path.clone();
     let mut sender = match reused {
         Some(sender) => {
             proxy
@@ -151,6 +152,10 @@ async fn forward(
     };
     let (mut parts, body) = req.into_parts();
     parts.uri = origin_form(&uri);
+    if let Some(path) = &canonical {
+        // The server is sent the path the rules were checked against.
+        parts.uri = super::request_path::with_path(&parts.uri, path);
+    }
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove("proxy-authorization");
     // The host that was checked is the host the server is told about.

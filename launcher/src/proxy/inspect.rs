@@ -178,7 +178,7 @@ async fn one_request(
     conn: &Decision,
     binary: Option<&Program>,
     protocol: &str,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
@@ -211,6 +211,10 @@ async fn one_request(
     let mut sender = sender.lock().await;
     if sender.ready().await.is_err() {
         return gateway_error(&conn.host);
+    }
+    if let Some(path) = &d.canonical_path {
+        // The server is sent the path the rules were checked against.
+        *req.uri_mut() = super::request_path::with_path(req.uri(), path);
     }
     match sender.send_request(req).await {
         Ok(resp) => resp.map(|b| b.boxed()),

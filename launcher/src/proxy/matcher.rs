@@ -1,5 +1,7 @@
 //! Host names and host patterns: normalisation (case, trailing dot, IDN to punycode, IP
-//! literals) and matching (exact, `*.suffix` for subdomains only, IP literal).
+//! literals) and matching: exact, IP literal, `*.suffix` (domain rules: any subdomain, as the
+//! agent settings and sandbox-runtime formats mean it), OpenShell's label globs (endpoint hosts:
+//! `*` within one DNS label, `**` for one or more labels), and `*` (deny lists only).
 //!
 //! Everything is compared in one canonical form: lower-case ASCII (punycode), no trailing dot,
 //! IPv6 without brackets and IPv4-mapped IPv6 addresses as IPv4.
@@ -35,6 +37,21 @@ pub enum HostPattern {
     Subdomains(String),
     /// Exactly this address.
     Ip(IpAddr),
+    /// OpenShell endpoint globs, label by label (`*.example.com` is one label deep).
+    Labels(Vec<HostLabel>),
+    /// Every host (only in deny lists: `*`, `*:22`).
+    Any,
+}
+
+/// One label of an OpenShell host glob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostLabel {
+    /// `**`: one or more labels.
+    Labels,
+    /// A label with `*` in it (`*`, `*-api`): `*` matches within the label.
+    Glob(String),
+    /// A literal label.
+    Exact(String),
 }
 
 impl fmt::Display for HostPattern {
@@ -44,11 +61,60 @@ impl fmt::Display for HostPattern {
             HostPattern::Subdomains(s) => write!(f, "*.{s}"),
             HostPattern::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]"),
             HostPattern::Ip(ip) => write!(f, "{ip}"),
+            HostPattern::Labels(labels) => {
+                let text: Vec<&str> = labels
+                    .iter()
+                    .map(|l| match l {
+                        HostLabel::Labels => "**",
+                        HostLabel::Glob(g) | HostLabel::Exact(g) => g,
+                    })
+                    .collect();
+                f.write_str(&text.join("."))
+            }
+            HostPattern::Any => f.write_str("*"),
         }
     }
 }
 
 impl HostPattern {
+    /// Parse an OpenShell endpoint host (checked by the policy loader): an exact name, an IP
+    /// literal, or a label glob.
+    pub fn parse_endpoint(pattern: &str) -> Result<HostPattern> {
+        let trimmed = pattern.trim();
+        if !trimmed.contains('*') {
+            return Self::parse(trimmed);
+        }
+        if trimmed == "*" || trimmed == "**" {
+            bail!("`{trimmed}` would allow every host; name the hosts (e.g. `*.example.com`)");
+        }
+        let trimmed = trimmed.strip_suffix('.').unwrap_or(trimmed);
+        let labels = trimmed
+            .split('.')
+            .map(|l| {
+                if l.is_empty() {
+                    bail!("`{pattern}` has an empty label");
+                }
+                Ok(match l {
+                    "**" => HostLabel::Labels,
+                    l if l.contains('*') => HostLabel::Glob(l.to_ascii_lowercase()),
+                    l => HostLabel::Exact(l.to_ascii_lowercase()),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if labels.len() <= 2 {
+            bail!("`{pattern}` would allow a whole top-level domain");
+        }
+        Ok(HostPattern::Labels(labels))
+    }
+
+    /// Parse a deny-list entry: what [`HostPattern::parse`] accepts, or `*` for every host.
+    pub fn parse_deny(pattern: &str) -> Result<HostPattern> {
+        if pattern.trim() == "*" {
+            return Ok(HostPattern::Any);
+        }
+        Self::parse(pattern)
+    }
+
     /// Parse a rule's host: `example.com`, `*.example.com`, `127.0.0.1`, `[::1]` or `::1`.
     /// Rejects patterns that would open everything (`*`, `*.com`) or that are not host names.
     pub fn parse(pattern: &str) -> Result<HostPattern> {
@@ -82,6 +148,11 @@ impl HostPattern {
                 .strip_suffix(s.as_str())
                 .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
             (HostPattern::Ip(p), Host::Ip(ip)) => p == ip,
+            (HostPattern::Labels(labels), Host::Name(n)) => {
+                let host: Vec<&str> = n.split('.').collect();
+                labels_match(labels, &host)
+            }
+            (HostPattern::Any, _) => true,
             _ => false,
         }
     }
@@ -89,7 +160,32 @@ impl HostPattern {
     /// Whether a match names the host itself (so that it may reach special addresses such as
     /// loopback), rather than a whole family of hosts.
     pub fn is_explicit(&self) -> bool {
-        !matches!(self, HostPattern::Subdomains(_))
+        matches!(self, HostPattern::Exact(_) | HostPattern::Ip(_))
+    }
+}
+
+/// Whether the labels of a host match an OpenShell label glob: `**` takes one or more labels, a
+/// glob label exactly one.
+fn labels_match(pattern: &[HostLabel], host: &[&str]) -> bool {
+    match (pattern.first(), host.first()) {
+        (None, None) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some(HostLabel::Labels), Some(_)) => {
+            (1..=host.len()).any(|taken| labels_match(&pattern[1..], &host[taken..]))
+        }
+        (Some(HostLabel::Exact(l)), Some(h)) => l == h && labels_match(&pattern[1..], &host[1..]),
+        (Some(HostLabel::Glob(g)), Some(h)) => {
+            label_glob(g.as_bytes(), h.as_bytes()) && labels_match(&pattern[1..], &host[1..])
+        }
+    }
+}
+
+/// `*` within one label (the label holds no `.`).
+fn label_glob(glob: &[u8], label: &[u8]) -> bool {
+    match glob.split_first() {
+        None => label.is_empty(),
+        Some((b'*', rest)) => (0..=label.len()).any(|i| label_glob(rest, &label[i..])),
+        Some((c, rest)) => label.first() == Some(c) && label_glob(rest, &label[1..]),
     }
 }
 
@@ -232,6 +328,34 @@ mod tests {
         assert!(!p.matches(&host("evil-example.com")));
         assert!(!p.matches(&host("example.com.evil.net")));
         assert!(!p.matches(&host("notexample.com")));
+    }
+
+    #[test]
+    fn endpoint_globs_match_label_by_label() {
+        let p = |s: &str| HostPattern::parse_endpoint(s).unwrap();
+        assert!(p("*.example.com").matches(&host("api.example.com")));
+        assert!(!p("*.example.com").matches(&host("deep.api.example.com")));
+        assert!(!p("*.example.com").matches(&host("example.com")));
+        assert!(p("*.EXAMPLE.COM").matches(&host("api.example.com")));
+        assert!(p("**.example.com").matches(&host("deep.api.example.com")));
+        assert!(!p("**.example.com").matches(&host("example.com")));
+        assert!(p("*-aiplatform.googleapis.com")
+            .matches(&host("us-central1-aiplatform.googleapis.com")));
+        assert!(!p("*-aiplatform.googleapis.com")
+            .matches(&host("us-central1.aiplatform.googleapis.com")));
+        assert!(p("*.s3.*.amazonaws.com").matches(&host("b.s3.us-east-1.amazonaws.com")));
+        assert!(!p("*.s3.*.amazonaws.com").matches(&host("s3.us-east-1.amazonaws.com")));
+        assert!(!p("*.s3.*.amazonaws.com").matches(&host("b.s3.dualstack.us-east-1.amazonaws.com")));
+        assert!(!p("*.example.com").matches(&host("10.0.0.1")));
+        assert!(!p("*.example.com").is_explicit());
+    }
+
+    #[test]
+    fn a_deny_star_matches_every_host() {
+        let any = HostPattern::parse_deny("*").unwrap();
+        assert!(any.matches(&host("example.com")));
+        assert!(any.matches(&host("10.0.0.1")));
+        assert!(HostPattern::parse("*").is_err());
     }
 
     #[test]
