@@ -104,6 +104,11 @@ const RESOLV_CONF: &str =
 /// readable even when the policy lists what may be read and /etc is not among it.
 pub fn bind_resolv_conf(plan: &mut MountPlan, landlock: &mut Vec<LandlockRule>) {
     let link = Path::new("/etc/resolv.conf");
+    if std::fs::symlink_metadata(link).is_err() {
+        // Nothing to cover (an image without one): resolvers then ask 127.0.0.1:53, which is
+        // the stub; creating the file would write into the read-only host /etc.
+        return;
+    }
     let target = match std::fs::read_link(link) {
         Ok(to) => std::fs::canonicalize(link).unwrap_or_else(|_| {
             let to = Path::new("/etc").join(to);
