@@ -48,10 +48,15 @@ pub enum Command {
         command: String,
     },
     /// Can this host run a sandbox? Checks each kernel feature and says how to fix what is missing.
+    ///
+    /// The last check launches a sandbox for real with the options given here (the same as
+    /// `whole-process` takes), up to the point where the program would start.
     Doctor {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        sandbox: SandboxArgs,
     },
     /// Print the effective policy (after merging every source) and where each rule came from.
     Check {

@@ -15,7 +15,7 @@ fn main() {
         cli::Command::PerCommand { sandbox, command } => {
             sandbox::run(&sandbox, vec!["/bin/sh".into(), "-c".into(), command])
         }
-        cli::Command::Doctor { json } => doctor::run(json),
+        cli::Command::Doctor { json, sandbox } => doctor::run(json, &sandbox),
         cli::Command::Check { sandbox } => match sandbox::load_policy(&sandbox) {
             Ok((policy, _)) => {
                 println!("{}", policy::describe(&policy));

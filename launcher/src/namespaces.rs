@@ -29,16 +29,19 @@ pub struct ShimProcess {
     pub sync: OwnedFd,
 }
 
-fn hint_for_clone(errno: Errno) -> &'static str {
+fn hint_for_clone(errno: Errno) -> String {
     match errno {
+        Errno::EPERM if shim::confinement::under_seccomp() => {
+            shim::confinement::refused("creating namespaces (clone with CLONE_NEWUSER)")
+        }
         Errno::EPERM | Errno::EACCES => {
-            "unprivileged user namespaces are restricted here (kernel.apparmor_restrict_unprivileged_userns=1 on Ubuntu, kernel.unprivileged_userns_clone=0, or a container's seccomp profile); run `sandbox-launch doctor`"
+            "unprivileged user namespaces are restricted here (kernel.apparmor_restrict_unprivileged_userns=1 on Ubuntu, kernel.unprivileged_userns_clone=0); run `sandbox-launch doctor`".into()
         }
         Errno::ENOSPC | Errno::EUSERS => {
-            "the limit of user namespaces is reached (user.max_user_namespaces); run `sandbox-launch doctor`"
+            "the limit of user namespaces is reached (user.max_user_namespaces); run `sandbox-launch doctor`".into()
         }
-        Errno::EINVAL => "this kernel lacks one of the namespaces; run `sandbox-launch doctor`",
-        _ => "run `sandbox-launch doctor`",
+        Errno::EINVAL => "this kernel lacks one of the namespaces; run `sandbox-launch doctor`".into(),
+        _ => "run `sandbox-launch doctor`".into(),
     }
 }
 
@@ -89,7 +92,7 @@ pub fn spawn_shim(
         return Err(StepError::new(
             Step::Namespaces,
             format!("cannot create a user namespace: clone => {errno}"),
-            Some(hint_for_clone(errno)),
+            Some(&hint_for_clone(errno)),
         ));
     }
     if pid == 0 {

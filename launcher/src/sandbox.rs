@@ -248,6 +248,7 @@ pub fn prepare(
         verify_unreadable: layout.verify_unreadable,
         verify_unwritable_dirs: layout.verify_unwritable_dirs,
         guard_create: layout.unprotected_missing.clone(),
+        probe_only: false,
     };
     let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
         StepError::new(

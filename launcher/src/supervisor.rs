@@ -53,26 +53,46 @@ pub fn fail(status: &mut StatusSink, e: &StepError) -> i32 {
 }
 
 /// Run the sandbox to the end; returns the launcher's exit code.
-pub fn run(mut launch: Launch<'_>) -> i32 {
+pub fn run(launch: Launch<'_>) -> i32 {
+    let Launch {
+        spec,
+        filter,
+        identity,
+        new_net,
+        status,
+        verbose,
+        on_listeners,
+    } = launch;
+    let launch = Launch {
+        spec,
+        filter,
+        identity,
+        new_net,
+        status: &mut *status,
+        verbose,
+        on_listeners,
+    };
+    match drive(launch) {
+        Ok(code) => code,
+        Err(e) => fail(status, &e),
+    }
+}
+
+/// Run the sandbox to the end: the target's exit code, or the step that failed (reported by
+/// the caller: `run` prints it, `doctor` shows it as a check).
+pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
     // Blocked before the clone, so no signal is lost between clone and the wait loop; the shim
     // inherits the mask and the target gets a clean one.
     shim::init::block_signals();
-    let signals = match signal_fd() {
-        Ok(fd) => fd,
-        Err(e) => {
-            let e = StepError::new(
-                Step::Internal,
-                format!("cannot create a signalfd to forward signals: {e}"),
-                Some("raise the open-file limit (ulimit -n) or free descriptors"),
-            );
-            return fail(launch.status, &e);
-        }
-    };
+    let signals = signal_fd().map_err(|e| {
+        StepError::new(
+            Step::Internal,
+            format!("cannot create a signalfd to forward signals: {e}"),
+            Some("raise the open-file limit (ulimit -n) or free descriptors"),
+        )
+    })?;
     let shim_proc =
-        match namespaces::spawn_shim(launch.identity, launch.new_net, launch.spec, launch.filter) {
-            Ok(s) => s,
-            Err(e) => return fail(launch.status, &e),
-        };
+        namespaces::spawn_shim(launch.identity, launch.new_net, launch.spec, launch.filter)?;
     let sync = shim_proc.sync.as_raw_fd();
     let mut on_demand = None;
     loop {
@@ -87,7 +107,7 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
                     .then(|| Step::from_exit_code(code))
                     .flatten()
                     .unwrap_or(Step::Internal);
-                let e = StepError::new(
+                return Err(StepError::new(
                     step,
                     format!(
                         "the sandbox process could not {} and ended during setup ({})",
@@ -95,8 +115,7 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
                         describe_exit(code)
                     ),
                     Some("run `sandbox-launch doctor`; if it passes, run again with -v and report this"),
-                );
-                return fail(launch.status, &e);
+                ));
             }
         };
         match msg {
@@ -112,8 +131,7 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
                         Ok(d) => on_demand = Some(d),
                         Err(e) => {
                             namespaces::kill_and_reap(shim_proc.pid);
-                            let e = StepError::new(Step::Network, format!("{e:#}"), None);
-                            return fail(launch.status, &e);
+                            return Err(StepError::new(Step::Network, format!("{e:#}"), None));
                         }
                     }
                 }
@@ -134,11 +152,14 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
                 }));
                 break;
             }
-            // Only ever sent after Started.
-            (FromShim::Exited { code }, _) => return code,
+            // After Started; or, for a probe (`doctor`), right after Verified.
+            (FromShim::Exited { code }, _) => {
+                wait_exit(shim_proc.pid);
+                return Ok(code);
+            }
             (FromShim::Failed(failure), _) => {
                 wait_exit(shim_proc.pid);
-                return fail(launch.status, &StepError(failure));
+                return Err(StepError(failure));
             }
         }
     }
@@ -146,7 +167,7 @@ pub fn run(mut launch: Launch<'_>) -> i32 {
     launch
         .status
         .emit(json!({"status": "exited", "exit_code": code}));
-    code
+    Ok(code)
 }
 
 fn describe_exit(code: i32) -> String {

@@ -2,6 +2,7 @@
 //! of the sandbox and builds every layer.
 
 pub mod channel;
+pub mod confinement;
 pub mod create_guard;
 pub mod egress;
 pub mod identity;

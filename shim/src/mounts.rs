@@ -8,7 +8,10 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use nix::errno::Errno;
+
 use crate::channel::{AtStep, Step, StepError};
+use crate::confinement;
 use crate::spec::{MountOp, MountPlan};
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
@@ -25,10 +28,23 @@ type R<T> = Result<T, StepError>;
 
 /// Build the whole filesystem view and enter it. On return, `/` is the sandbox root.
 pub fn build(plan: &MountPlan) -> R<()> {
-    sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None).at_hint(
-        Step::Mounts,
-        "the host root cannot be made private in this mount namespace (some overlay roots refuse); run `sandbox-launch doctor`",
-    )?;
+    sys::mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(|e| {
+        let hint = if e.errno == Errno::EPERM {
+            confinement::refused("mount")
+        } else {
+            "the host root cannot be made private in this mount namespace (some overlay roots \
+             refuse); run `sandbox-launch doctor`"
+                .into()
+        };
+        StepError::new(Step::Mounts, e.to_string(), Some(&hint))
+    })?;
     enter_staging()?;
     if plan.host_root {
         bind(Path::new(OLDROOT), Path::new(NEWROOT), true)?;
@@ -146,10 +162,14 @@ fn mount_proc() -> R<()> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
     )
-    .at_hint(
-        Step::Mounts,
-        "a fresh /proc cannot be mounted here (in containers, an over-mounted /proc blocks it); run `sandbox-launch doctor`",
-    )
+    .map_err(|e| {
+        let hint = if e.errno == Errno::EPERM {
+            confinement::proc_refused()
+        } else {
+            "a fresh /proc cannot be mounted here; run `sandbox-launch doctor`".into()
+        };
+        StepError::new(Step::Mounts, e.to_string(), Some(&hint))
+    })
 }
 
 /// A minimal /dev: a tmpfs with the harmless device nodes bound from the host, a private devpts

@@ -8,8 +8,8 @@ use seccompiler::BpfProgram;
 use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError};
 use crate::spec::{NetworkSpec, SandboxSpec, Transparent};
 use crate::{
-    create_guard, egress, identity, inherited_env, init, landlock, mounts, network, seccomp, sys,
-    verify,
+    confinement, create_guard, egress, identity, inherited_env, init, landlock, mounts, network,
+    seccomp, sys, verify,
 };
 
 /// Entry point of the shim, in the child of the supervisor's clone: `spec` and the compiled
@@ -41,7 +41,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     close_stray_fds(sync, &spec.preserve_fds).at(Step::Internal)?;
     let mut warnings = Vec::new();
 
-    sys::sethostname(&spec.hostname).at(Step::Namespaces)?;
+    set_hostname(&spec.hostname)?;
     let transparent = setup_network(sync, &spec)?;
     mounts::build(&spec.mounts)?;
     sys::chdir(&spec.cwd).at_hint(
@@ -57,6 +57,10 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     let facts = verify::verify(&spec, landlock, transparent)?;
     let facts = serde_json::to_value(&facts).at(Step::Internal)?;
     send(sync, &FromShim::Verified { facts })?;
+    if spec.probe_only {
+        send(sync, &FromShim::Exited { code: 0 })?;
+        return Ok(0);
+    }
 
     let path_var = spec
         .env
@@ -110,6 +114,15 @@ fn start_guarded(
     )?;
     let handler = listener.map(|l| create_guard::Handler::new(l, spec.guard_create.clone()));
     Ok((pid, handler))
+}
+
+/// The UTS namespace's hostname (`doctor` tries the same call).
+pub fn set_hostname(name: &str) -> Result<(), StepError> {
+    sys::sethostname(name).map_err(|e| {
+        let hint =
+            (e.errno == nix::errno::Errno::EPERM).then(|| confinement::refused("sethostname"));
+        StepError::new(Step::Namespaces, e.to_string(), hint.as_deref())
+    })
 }
 
 fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {

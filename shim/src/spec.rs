@@ -30,6 +30,9 @@ pub struct SandboxSpec {
     /// Protected paths that do not exist: nothing may be created there (see `create_guard`).
     #[serde(default)]
     pub guard_create: Vec<PathBuf>,
+    /// Build and verify every layer, then end without starting anything (`doctor`'s launch).
+    #[serde(default)]
+    pub probe_only: bool,
 }
 
 /// The filesystem layout. Paths are absolute and as seen inside; `source` paths are host paths.

@@ -15,8 +15,9 @@
 //! * `--deny-clone-flags MASK=ERRNO`: clone and unshare whose flags contain any bit of MASK fail
 //!   with ERRNO. clone3 passes its flags in memory, out of seccomp's reach, so it then answers
 //!   ENOSYS (libc falls back to clone) unless `--errno clone3=…` says otherwise.
-//! * `--errno-if-arg1 SYSCALL:ARG1=ERRNO`, `--errno-if-arg2 SYSCALL:ARG2=ERRNO`: the same for the
-//!   second and third arguments (e.g. the flags of `seccomp`, to fail only the install of a
+//! * `--errno-if-arg1 SYSCALL:ARG1=ERRNO`, `--errno-if-arg2 SYSCALL:ARG2=ERRNO`,
+//!   `--errno-if-arg3 SYSCALL:ARG3=ERRNO` (mount's flags): the same for the
+//!   second, third and fourth arguments (e.g. the flags of `seccomp`, to fail only the install of a
 //!   user-notification filter; the flags of `openat`).
 //! * `--errno-if-arg0 SYSCALL:ARG0=ERRNO`: calls of SYSCALL whose first argument equals ARG0 fail
 //!   (e.g. `prctl:38=EPERM` for PR_SET_NO_NEW_PRIVS). ARG0 below 2^32 is compared as 32 bits, as
@@ -45,7 +46,7 @@ const EXIT_NOT_FOUND: i32 = 127;
 const USAGE: &str =
     "usage: fault-inject [--errno SYSCALL=ERRNO]... [--deny-clone-flags MASK=ERRNO]... \
 [--errno-if-arg0 SYSCALL:ARG0=ERRNO]... [--errno-if-arg1 SYSCALL:ARG1=ERRNO]... \
-[--errno-if-arg2 SYSCALL:ARG2=ERRNO]... -- PROGRAM ARGS...";
+[--errno-if-arg2 SYSCALL:ARG2=ERRNO]... [--errno-if-arg3 SYSCALL:ARG3=ERRNO]... -- PROGRAM ARGS...";
 
 /// The syscalls the fail-closed tests need, by name. Others can be given by number.
 const SYSCALLS: &[(&str, libc::c_long)] = &[
@@ -240,7 +241,7 @@ fn parse(args: &[OsString]) -> Result<Invocation> {
                     errno: errno_number(errno)?,
                 });
             }
-            "--errno-if-arg0" | "--errno-if-arg1" | "--errno-if-arg2" => {
+            "--errno-if-arg0" | "--errno-if-arg1" | "--errno-if-arg2" | "--errno-if-arg3" => {
                 let index = arg.as_bytes()[arg.len() - 1] - b'0';
                 let v = value(arg)?;
                 let (lhs, errno) = split_once(&v, '=', arg)?;

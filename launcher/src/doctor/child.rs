@@ -1,0 +1,125 @@
+//! Probes run in forked children, so that nothing a probe does (namespaces, mounts, filters)
+//! changes the doctor itself.
+
+use std::path::Path;
+
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult};
+
+fn errno() -> Result<(), String> {
+    Err(std::io::Error::last_os_error().to_string())
+}
+
+/// Run `f` in a forked child that has unshared `flags` (which include CLONE_NEWUSER) and whose
+/// uid/gid are mapped to themselves as the launcher maps them: by the child itself when
+/// unprivileged (the launcher's own code), by this process when root (a process cannot map
+/// uid 0 from inside its new namespace).
+pub fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (go_r, go_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    let own_maps = (!uid.is_root()).then(|| {
+        crate::namespaces::OwnMaps::new(crate::namespaces::Identity {
+            uid: uid.as_raw(),
+            gid: gid.as_raw(),
+            switch_from_root: false,
+        })
+    });
+    in_child_with(
+        move || {
+            // SAFETY: unshare has no memory-safety preconditions; we are a forked child.
+            let r = if unsafe { libc::unshare(flags) } != 0 {
+                errno()
+            } else {
+                Ok(())
+            };
+            if let Some(maps) = own_maps {
+                r?;
+                // SAFETY: only syscalls, in the forked child.
+                return if unsafe { maps.write_own() } {
+                    f()
+                } else {
+                    Err("cannot map our own uid/gid in the new user namespace".into())
+                };
+            }
+            let _ = nix::unistd::write(&ready_w, if r.is_ok() { b"k" } else { b"e" });
+            r?;
+            let mut b = [0u8; 1];
+            match nix::unistd::read(&go_r, &mut b) {
+                Ok(1) if b[0] == b'k' => f(),
+                _ => Err("the parent could not map our ids".into()),
+            }
+        },
+        move |child| {
+            let mut b = [0u8; 1];
+            if !uid.is_root()
+                || !matches!(nix::unistd::read(&ready_r, &mut b), Ok(1))
+                || b[0] != b'k'
+            {
+                return;
+            }
+            let w = |p: String, s: String| std::fs::write(&p, s).map_err(|e| format!("{p}: {e}"));
+            let ok = w(format!("/proc/{child}/uid_map"), format!("{uid} {uid} 1"))
+                .and_then(|_| w(format!("/proc/{child}/gid_map"), format!("{gid} {gid} 1")));
+            let _ = nix::unistd::write(&go_w, if ok.is_ok() { b"k" } else { b"e" });
+        },
+    )
+}
+
+/// The launcher's own mount wrapper, with the error as text for the report.
+pub fn mount(
+    src: Option<&str>,
+    target: &str,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), String> {
+    shim::sys::mount(src.map(Path::new), Path::new(target), fstype, flags, data)
+        .map_err(|e| e.to_string())
+}
+
+/// Run `f` in a forked child and bring back its result (the error text through a pipe).
+pub fn in_child(f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    in_child_with(f, |_| {})
+}
+
+/// As `in_child`, with `parent` run (given the child's pid) while the child runs.
+fn in_child_with(
+    f: impl FnOnce() -> Result<(), String>,
+    parent: impl FnOnce(nix::unistd::Pid),
+) -> Result<(), String> {
+    let (r, w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: the doctor is single-threaded; the child only makes syscalls and exits.
+    match unsafe { fork() } {
+        Err(e) => Err(format!("fork: {e}")),
+        Ok(ForkResult::Child) => {
+            drop(r);
+            drop(parent);
+            let code = match f() {
+                Ok(()) => 0,
+                Err(msg) => {
+                    let _ = nix::unistd::write(&w, msg.as_bytes());
+                    1
+                }
+            };
+            // SAFETY: _exit skips atexit handlers and destructors that belong to the parent.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(w);
+            // Close the child's ends of any pipes `f` holds before waiting on them.
+            drop(f);
+            parent(child);
+            let mut msg = Vec::new();
+            let mut file = std::fs::File::from(r);
+            let _ = std::io::Read::read_to_end(&mut file, &mut msg);
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(WaitStatus::Exited(_, _)) => Err(String::from_utf8_lossy(&msg).into_owned()),
+                Ok(other) => Err(format!("probe ended unexpectedly: {other:?}")),
+                Err(e) => Err(format!("waitpid: {e}")),
+            }
+        }
+    }
+}
