@@ -20,6 +20,14 @@ have node    || need+=(nodejs)     # the MCP stdio server workload
 have npm     || need+=(npm)        # npm through the proxy
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # pip through the proxy
 /usr/bin/python3 -c "import requests" >/dev/null 2>&1 || need+=(python3-requests) # python requests through the proxy
+if [[ "${1:-}" == "--tests" ]]; then
+    # The container recipe's tests: podman (rootful, and rootless with subordinate ids), runc
+    # (crun refuses hybrid cgroup layouts), and a static busybox for an image built from scratch.
+    have podman    || need+=(podman)
+    have runc      || need+=(runc)
+    have newuidmap || need+=(uidmap)
+    if ! [[ -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; then need+=(busybox-static); fi
+fi
 
 SUDO=""
 if [[ $(id -u) != 0 ]]; then SUDO="sudo"; fi
