@@ -151,6 +151,31 @@ pub struct SandboxArgs {
     /// Give the program the launcher's whole environment, secrets included (warned).
     #[arg(long)]
     pub env_all: bool,
+    /// Stop the program after DURATION (`90`, `90s`, `10m`, `1h30m`): SIGTERM, then everything
+    /// inside is killed 2 s later; the exit code is 124, as with timeout(1).
+    #[arg(long, value_name = "DURATION", value_parser = crate::limits::quantity::duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// A resource limit of the program's processes, as prlimit(1) names them: nofile, nproc,
+    /// as, core, fsize, stack, cpu, ... (repeatable; core is 0 unless given).
+    #[arg(long, value_name = "NAME=SOFT[:HARD]", value_parser = crate::limits::rlimit::parse_flag)]
+    pub rlimit: Vec<(String, crate::limits::rlimit::Value)>,
+    /// Memory limit of the whole sandbox (cgroup), e.g. `2G`; past it the kernel kills inside.
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::quantity::size)]
+    pub memory: Option<u64>,
+    /// Most processes and threads the sandbox may have at once (cgroup).
+    #[arg(long, value_name = "N", value_parser = crate::limits::quantity::count)]
+    pub pids: Option<u64>,
+    /// CPU time of the whole sandbox, in CPUs (cgroup), e.g. `1.5`.
+    #[arg(long, value_name = "N", value_parser = crate::limits::quantity::cpus)]
+    pub cpus: Option<u64>,
+    /// Size of each of /tmp and /dev/shm inside (default: a quarter of the RAM, at most half
+    /// of --memory).
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::quantity::size)]
+    pub tmp_size: Option<u64>,
+    /// When a limit cannot be applied on this host: refuse to start (`hard_requirement`, the
+    /// default) or start without it, reported (`best_effort`).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub limits_compatibility: Option<CompatArg>,
     /// More output on stderr (the verified facts, planned mounts).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -211,5 +236,21 @@ mod tests {
             ]),
             ["-x", "--network"]
         );
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum CompatArg {
+    HardRequirement,
+    BestEffort,
+}
+
+impl From<CompatArg> for crate::policy::runtime::LimitsCompat {
+    fn from(c: CompatArg) -> Self {
+        match c {
+            CompatArg::HardRequirement => Self::HardRequirement,
+            CompatArg::BestEffort => Self::BestEffort,
+        }
     }
 }

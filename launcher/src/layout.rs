@@ -278,6 +278,7 @@ impl Planner<'_> {
             ops.push(MountOp::Tmpfs {
                 target: "/tmp".into(),
                 mode: 0o1777,
+                size: None,
             });
         }
         let mut emptied: Vec<PathBuf> = Vec::new();
@@ -299,6 +300,7 @@ impl Planner<'_> {
                 ops.push(MountOp::Tmpfs {
                     target: dir.clone(),
                     mode: 0o755,
+                    size: None,
                 });
             }
             // Name resolution configured through /run (systemd-resolved) keeps working.

@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod environment;
 pub mod fuzz;
 pub mod layout;
+pub mod limits;
 pub mod login;
 pub mod namespaces;
 pub mod policy;

@@ -16,7 +16,7 @@ use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
 use crate::proxy::events::EventSink;
 use crate::status::StatusSink;
-use crate::{environment, proxy, supervisor, users};
+use crate::{environment, limits, proxy, supervisor, users};
 
 /// Everything decided before the clone.
 pub struct Prepared {
@@ -66,6 +66,14 @@ pub fn load_policy(args: &SandboxArgs) -> Result<(Policy, PathBuf), StepError> {
     req.network = args.network.map(Into::into);
     req.seccomp_policy = args.seccomp_policy.clone();
     environment::flags_fragment(&args.env, args.env_all, &mut req.runtime);
+    let r = &mut req.runtime;
+    r.timeout = args.timeout;
+    r.memory = args.memory;
+    r.pids = args.pids;
+    r.cpus = args.cpus;
+    r.tmp_size = args.tmp_size;
+    r.rlimits = args.rlimit.clone();
+    r.limits_compat = args.limits_compatibility.map(Into::into);
     let policy = policy::load(&req).map_err(policy_error)?;
     Ok((policy, cwd))
 }
@@ -216,6 +224,7 @@ pub fn prepare(
         proxy::launch::trust_env(&mut env);
         warnings.extend(proxy::launch::bind_trust_bundle(&mut layout.mounts, bundle));
     }
+    limits::size_tmpfs(&mut layout.mounts, limits::tmp_size(&policy.runtime.limits));
     warnings.extend(layout.warnings.iter().cloned());
     for p in &layout.unprotected_missing {
         if args.verbose > 0 {
@@ -249,6 +258,7 @@ pub fn prepare(
         verify_unwritable_dirs: layout.verify_unwritable_dirs,
         guard_create: layout.unprotected_missing.clone(),
         probe_only: false,
+        limits: limits::process_limits(&policy.runtime.limits)?,
     };
     let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
         StepError::new(
@@ -300,6 +310,12 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
     }
     let new_net = prepared.network != NetworkMode::Full;
     let watch = prepared.unprotected_missing.clone();
+    let limits = &prepared.policy.runtime.limits;
+    let timeout = limits.timeout.as_ref().map(|t| t.value);
+    let birth = match limits::make_cgroups(limits, &mut status, args.verbose) {
+        Ok(c) => limits::Birth::new(c),
+        Err(e) => return supervisor::fail(&mut status, &e),
+    };
     let code = supervisor::run(supervisor::Launch {
         spec: prepared.spec,
         filter: prepared.filter,
@@ -310,7 +326,12 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {
             Box::new(move |fds, transparent| proxy::launch::start(p, fds, transparent))
         }),
+        around_clone: Some(&birth),
+        timeout,
     });
+    if let Some(c) = birth.cgroups {
+        limits::finish_cgroups(c, &mut status);
+    }
     report_created(&watch, &mut status);
     code
 }

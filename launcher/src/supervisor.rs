@@ -3,6 +3,7 @@
 //! signal) and takes the whole PID namespace along.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 use seccompiler::BpfProgram;
 use serde_json::json;
@@ -26,6 +27,21 @@ pub struct OnDemand {
     pub start: Box<dyn FnOnce() -> anyhow::Result<()>>,
 }
 
+/// Work done around the clone: what the launcher takes on just before it so that the shim is
+/// born with it (the sandbox's OOM score, its cgroups), and gives back right after.
+pub trait AroundClone {
+    fn before(&self) -> Result<(), StepError>;
+    fn after(&self) -> Result<(), StepError>;
+    /// Whether the launcher must see the shim's own exit before it returns (a cgroup can be
+    /// removed only once it is empty).
+    fn wait_for_init(&self) -> bool;
+}
+
+/// `--timeout`: the program gets SIGTERM when the time is up, everything inside SIGKILL this
+/// much later, and the launcher exits 124 (as `timeout(1)` does).
+pub const TIMEOUT_GRACE: Duration = Duration::from_secs(2);
+pub const TIMEOUT_EXIT: i32 = 124;
+
 pub struct Launch<'a> {
     pub spec: SandboxSpec,
     /// The compiled seccomp filter (compiled before the clone, so a bad policy fails early).
@@ -36,6 +52,9 @@ pub struct Launch<'a> {
     pub verbose: u8,
     /// Called with the proxy listeners the shim created inside (restricted network).
     pub on_listeners: Option<OnListeners<'a>>,
+    pub around_clone: Option<&'a dyn AroundClone>,
+    /// How long the program may run (`--timeout`).
+    pub timeout: Option<Duration>,
 }
 
 /// Report a failure: one line on stderr and a JSON status; returns the exit code.
@@ -62,6 +81,8 @@ pub fn run(launch: Launch<'_>) -> i32 {
         status,
         verbose,
         on_listeners,
+        around_clone,
+        timeout,
     } = launch;
     let launch = Launch {
         spec,
@@ -71,6 +92,8 @@ pub fn run(launch: Launch<'_>) -> i32 {
         status: &mut *status,
         verbose,
         on_listeners,
+        around_clone,
+        timeout,
     };
     match drive(launch) {
         Ok(code) => code,
@@ -91,8 +114,26 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             Some("raise the open-file limit (ulimit -n) or free descriptors"),
         )
     })?;
-    let shim_proc =
-        namespaces::spawn_shim(launch.identity, launch.new_net, launch.spec, launch.filter)?;
+    if let Some(h) = launch.around_clone {
+        h.before()?;
+    }
+    let spawned =
+        namespaces::spawn_shim(launch.identity, launch.new_net, launch.spec, launch.filter);
+    let after = launch.around_clone.map(AroundClone::after);
+    let shim_proc = match (spawned, after) {
+        (Ok(s), None | Some(Ok(()))) => s,
+        (Ok(s), Some(Err(e))) => {
+            namespaces::kill_and_reap(s.pid);
+            return Err(e);
+        }
+        (Err(e), _) => return Err(e),
+    };
+    let _reap = ReapAtEnd(
+        launch
+            .around_clone
+            .filter(|h| h.wait_for_init())
+            .map(|_| shim_proc.pid),
+    );
     let sync = shim_proc.sync.as_raw_fd();
     let mut on_demand = None;
     loop {
@@ -163,11 +204,30 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
         }
     }
-    let code = forward_until_exit(&shim_proc, &signals, on_demand);
+    let (mut code, timed_out) = forward_until_exit(&shim_proc, &signals, on_demand, launch.timeout);
+    if timed_out {
+        let after = crate::limits::quantity::show_duration(launch.timeout.unwrap_or_default());
+        eprintln!("sandbox-launch: the program ran out of time (--timeout {after}) and was stopped, with everything it started");
+        launch
+            .status
+            .emit(json!({"status": "timeout", "after": after, "program_exit_code": code}));
+        code = TIMEOUT_EXIT;
+    }
     launch
         .status
         .emit(json!({"status": "exited", "exit_code": code}));
     Ok(code)
+}
+
+/// Reap the shim when dropped (see [`AroundClone`]); a shim already reaped is fine.
+struct ReapAtEnd(Option<libc::pid_t>);
+
+impl Drop for ReapAtEnd {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            wait_exit(pid);
+        }
+    }
 }
 
 fn describe_exit(code: i32) -> String {
@@ -222,17 +282,22 @@ fn signal_fd() -> std::io::Result<OwnedFd> {
 /// Signals from the terminal already reach the target directly. Meanwhile, the first time one
 /// of `pending`'s descriptors is readable, its work starts; a failing start is reported and the
 /// sandbox goes on without it (its network then answers nothing: closed, not open).
+/// With a `timeout`, the program is stopped when it is up (see [`TIMEOUT_GRACE`]); the second
+/// value says whether that happened.
 fn forward_until_exit(
     shim: &namespaces::ShimProcess,
     signals: &OwnedFd,
     mut pending: Option<OnDemand>,
-) -> i32 {
+    timeout: Option<Duration>,
+) -> (i32, bool) {
     let pid = shim.pid;
+    let mut deadline = timeout.map(|t| Instant::now() + t);
+    let mut timed_out = false;
     loop {
         let mut status = 0;
         // SAFETY: non-blocking waitpid on our own child.
         if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            return decode(status);
+            return (decode(status), timed_out);
         }
         let watched = pending.as_ref().map_or(&[][..], |d| &d.fds[..]);
         let mut fds: Vec<libc::pollfd> = [signals.as_raw_fd(), shim.sync.as_raw_fd()]
@@ -244,16 +309,40 @@ fn forward_until_exit(
                 revents: 0,
             })
             .collect();
+        let wait = deadline.map_or(-1, |d| {
+            // Rounded up, so the poll does not wake just before the deadline.
+            let left = d
+                .saturating_duration_since(Instant::now())
+                .as_micros()
+                .div_ceil(1000);
+            left.min(i32::MAX as u128) as i32
+        });
         // SAFETY: poll on descriptors we hold, with the right count.
-        if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
+        if ready < 0 {
             continue; // EINTR
         }
+        if ready == 0 {
+            // Time is up: the program is asked to stop (init passes SIGTERM on to it), and
+            // after the grace period init is killed, which takes everything inside along.
+            let sig = if timed_out {
+                libc::SIGKILL
+            } else {
+                libc::SIGTERM
+            };
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, sig) };
+            deadline = (!timed_out).then(|| Instant::now() + TIMEOUT_GRACE);
+            timed_out = true;
+            continue;
+        }
         if fds[1].revents != 0 {
-            return match channel::recv::<FromShim>(shim.sync.as_raw_fd()) {
+            let code = match channel::recv::<FromShim>(shim.sync.as_raw_fd()) {
                 Ok(Some((FromShim::Exited { code }, _))) => code,
                 // Gone without a word (killed): its own status says how.
                 _ => wait_exit(pid),
             };
+            return (code, timed_out);
         }
         if fds[2..].iter().any(|p| p.revents != 0) {
             if let Some(Err(e)) = pending.take().map(|d| (d.start)()) {

@@ -53,6 +53,8 @@ pub enum Step {
     Landlock,
     Seccomp,
     Verify,
+    /// Resource limits (cgroups, rlimits, the OOM score).
+    Limits,
     Exec,
     Internal,
 }
@@ -70,6 +72,7 @@ impl Step {
             Step::Landlock => 116,
             Step::Seccomp => 117,
             Step::Verify => 118,
+            Step::Limits => 119,
             Step::Exec => 127,
         }
     }
@@ -86,6 +89,7 @@ impl Step {
             Step::Landlock,
             Step::Seccomp,
             Step::Verify,
+            Step::Limits,
             Step::Exec,
         ]
         .into_iter()
@@ -102,6 +106,7 @@ impl Step {
             Step::Landlock => "apply Landlock",
             Step::Seccomp => "apply the seccomp filter",
             Step::Verify => "verify the sandbox",
+            Step::Limits => "apply the resource limits",
             Step::Exec => "start the program",
             Step::Internal => "run the sandbox",
         }

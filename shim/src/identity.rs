@@ -14,10 +14,11 @@ fn last_cap() -> u64 {
 
 /// Drop every capability (bounding, ambient, inheritable, permitted, effective) and set
 /// no_new_privs. Must run after everything that needs privilege (mounts, network setup).
-pub fn drop_privileges() -> Result<(), StepError> {
+/// `core_hard`: the hard core-file limit the program may raise its own to (init keeps 0).
+pub fn drop_privileges(core_hard: u64) -> Result<(), StepError> {
     let no_core = libc::rlimit {
         rlim_cur: 0,
-        rlim_max: 0,
+        rlim_max: core_hard,
     };
     // SAFETY: setrlimit with a valid struct.
     if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } != 0 {

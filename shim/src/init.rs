@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 
 use crate::channel::{Step, StepError};
+use crate::spec::Rlimit;
 
 /// Signals the supervisor forwards and init passes on to the target.
 pub const FORWARDED: &[libc::c_int] = &[
@@ -88,6 +89,8 @@ pub struct GuardSetup<'a> {
 /// Why the child did not exec: written as two i32s on the status pipe.
 const FAILED_EXEC: i32 = 1;
 const FAILED_GUARD: i32 = 2;
+/// setrlimit failed; the index of the limit is in the bits above the low byte.
+const FAILED_RLIMIT: i32 = 3;
 
 /// Fork and exec the target. Returns its pid once the exec has succeeded, and the create
 /// guard's listener when one was asked for; any failure before the exec is reported as an error
@@ -96,6 +99,7 @@ pub fn spawn(
     path: &Path,
     argv: &[String],
     env: &[(String, String)],
+    rlimits: &[Rlimit],
     guard: Option<GuardSetup<'_>>,
 ) -> Result<(libc::pid_t, Option<crate::create_guard::Listener>), StepError> {
     let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
@@ -120,7 +124,7 @@ pub fn spawn(
     if pid == 0 {
         let guard = guard.as_ref().map(|g| (g.prog, g.child_sock.as_raw_fd()));
         // SAFETY: see above; this is the child.
-        unsafe { exec_child(&c_path, &argv_p, &env_p, wr.as_raw_fd(), guard) }
+        unsafe { exec_child(&c_path, &argv_p, &env_p, rlimits, wr.as_raw_fd(), guard) }
     }
     drop(wr);
     // The guard's listener arrives before the child may exec: without it, the target never runs.
@@ -152,6 +156,14 @@ pub fn spawn(
         // Reap the child that failed to exec.
         // SAFETY: waitpid on our own child.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if kind & 0xff == FAILED_RLIMIT {
+            let r = rlimits.get((kind >> 8) as usize).copied();
+            return Err(StepError::new(
+                Step::Limits,
+                format!("setrlimit({r:?}) => {errno} ({})", errno.desc()),
+                Some("a hard limit can only be lowered inside the sandbox; check --rlimit"),
+            ));
+        }
         if kind == FAILED_GUARD || (kind != FAILED_EXEC && listener.is_none()) {
             return Err(StepError::new(
                 Step::Seccomp,
@@ -190,6 +202,7 @@ unsafe fn exec_child(
     path: &CString,
     argv: &[*const libc::c_char],
     env: &[*const libc::c_char],
+    rlimits: &[Rlimit],
     status_fd: RawFd,
     guard: Option<(&[libc::sock_filter], RawFd)>,
 ) -> ! {
@@ -219,6 +232,16 @@ unsafe fn exec_child(
             libc::_exit(127);
         }
         libc::close(sock);
+    }
+    // Last, so nothing of the above runs under the program's limits.
+    for (i, r) in rlimits.iter().enumerate() {
+        let lim = libc::rlimit {
+            rlim_cur: r.soft,
+            rlim_max: r.hard,
+        };
+        if libc::setrlimit(r.resource, &lim) != 0 {
+            fail(FAILED_RLIMIT | ((i as i32) << 8), *libc::__errno_location());
+        }
     }
     libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
     fail(FAILED_EXEC, *libc::__errno_location());

@@ -64,7 +64,7 @@ pub fn build(plan: &MountPlan) -> R<()> {
         .at(Step::Mounts)?;
     }
     mount_proc()?;
-    mount_dev()?;
+    mount_dev(plan.shm_size)?;
     for op in &plan.ops {
         apply(op)?;
     }
@@ -174,7 +174,7 @@ fn mount_proc() -> R<()> {
 
 /// A minimal /dev: a tmpfs with the harmless device nodes bound from the host, a private devpts
 /// instance (so the agent can open PTYs) and a private /dev/shm.
-fn mount_dev() -> R<()> {
+fn mount_dev(shm_size: Option<u64>) -> R<()> {
     let dev = in_newroot(Path::new("/dev"));
     ensure_mountpoint(&dev, true)?;
     sys::mount(
@@ -212,7 +212,7 @@ fn mount_dev() -> R<()> {
         &shm,
         Some("tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV,
-        Some("mode=1777"),
+        Some(&tmpfs_options(0o1777, shm_size)),
     )
     .at(Step::Mounts)?;
     for (name, target) in [
@@ -247,10 +247,10 @@ fn apply(op: &MountOp) -> R<()> {
             sys::mount_setattr_recursive(&tgt, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
                 .at(Step::Mounts)
         }
-        MountOp::Tmpfs { target, mode } => {
+        MountOp::Tmpfs { target, mode, size } => {
             let tgt = in_newroot(target);
             ensure_mountpoint(&tgt, true)?;
-            let data = format!("mode={mode:o}");
+            let data = tmpfs_options(*mode, *size);
             sys::mount(
                 Some(Path::new("tmpfs")),
                 &tgt,
@@ -285,6 +285,18 @@ fn apply(op: &MountOp) -> R<()> {
             }
             sys::symlink(link, &at).at(Step::Mounts)
         }
+    }
+}
+
+/// A tmpfs's mount options. With a size, the number of inodes is bounded too (one per 4 KiB,
+/// at least 4096), or a flood of empty files would pin kernel memory past the size.
+fn tmpfs_options(mode: u32, size: Option<u64>) -> String {
+    match size {
+        Some(bytes) => format!(
+            "mode={mode:o},size={bytes},nr_inodes={}",
+            (bytes / 4096).max(4096)
+        ),
+        None => format!("mode={mode:o}"),
     }
 }
 

@@ -48,7 +48,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         Step::Mounts,
         "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
     )?;
-    identity::drop_privileges()?;
+    identity::drop_privileges(core_hard_limit(&spec))?;
     let landlock = landlock::restrict(&spec.landlock, &mut warnings)?;
     seccomp::install(&filter).map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
     for text in warnings {
@@ -70,7 +70,11 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     let program = spec.argv.first().map(String::as_str).unwrap_or("");
     let path = init::find_program(program, path_var)?;
     let (pid, guard) = if spec.guard_create.is_empty() {
-        (init::spawn(&path, &spec.argv, &spec.env, None)?.0, None)
+        let rlimits = &spec.limits.rlimits;
+        (
+            init::spawn(&path, &spec.argv, &spec.env, rlimits, None)?.0,
+            None,
+        )
     } else {
         start_guarded(&path, &spec)?
     };
@@ -106,6 +110,7 @@ fn start_guarded(
         path,
         &spec.argv,
         &spec.env,
+        &spec.limits.rlimits,
         Some(init::GuardSetup {
             prog: &prog,
             child_sock: theirs,
@@ -123,6 +128,16 @@ pub fn set_hostname(name: &str) -> Result<(), StepError> {
             (e.errno == nix::errno::Errno::EPERM).then(|| confinement::refused("sethostname"));
         StepError::new(Step::Namespaces, e.to_string(), hint.as_deref())
     })
+}
+
+/// Init keeps no core of its own (soft 0, and it is not dumpable) but leaves the hard limit at
+/// what the program may raise its core limit to.
+fn core_hard_limit(spec: &SandboxSpec) -> u64 {
+    spec.limits
+        .rlimits
+        .iter()
+        .find(|r| r.resource == libc::RLIMIT_CORE)
+        .map_or(0, |r| r.hard)
 }
 
 fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {

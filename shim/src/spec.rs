@@ -33,6 +33,41 @@ pub struct SandboxSpec {
     /// Build and verify every layer, then end without starting anything (`doctor`'s launch).
     #[serde(default)]
     pub probe_only: bool,
+    /// Resource limits of the program and the OOM killer's view of the sandbox.
+    #[serde(default)]
+    pub limits: ProcessLimits,
+}
+
+/// What the shim sets for the sandbox's processes (the cgroup limits are the supervisor's).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProcessLimits {
+    /// Set in the program's process just before its exec (core included: 0 unless asked).
+    pub rlimits: Vec<Rlimit>,
+    /// The `oom_score_adj` init is born with (the supervisor holds it just around the clone)
+    /// and every process inside inherits: the sandbox goes before anything else when memory
+    /// runs out. Verified before the program starts.
+    pub oom_score_adj: i32,
+}
+
+impl Default for ProcessLimits {
+    fn default() -> Self {
+        ProcessLimits {
+            rlimits: vec![Rlimit {
+                resource: libc::RLIMIT_CORE,
+                soft: 0,
+                hard: 0,
+            }],
+            oom_score_adj: 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Rlimit {
+    /// `RLIMIT_*`.
+    pub resource: u32,
+    pub soft: u64,
+    pub hard: u64,
 }
 
 /// The filesystem layout. Paths are absolute and as seen inside; `source` paths are host paths.
@@ -43,6 +78,9 @@ pub struct MountPlan {
     pub host_root: bool,
     /// Applied in order, after `/proc`, `/dev` and the base are in place.
     pub ops: Vec<MountOp>,
+    /// The size of `/dev/shm` in bytes (`None`: the kernel's default, half the RAM).
+    #[serde(default)]
+    pub shm_size: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -52,8 +90,14 @@ pub enum MountOp {
     ReadOnly { source: PathBuf, target: PathBuf },
     /// Bind `source` (host) at `target`, writable, recursively.
     ReadWrite { source: PathBuf, target: PathBuf },
-    /// A fresh, private, writable tmpfs.
-    Tmpfs { target: PathBuf, mode: u32 },
+    /// A fresh, private, writable tmpfs of `size` bytes (`None`: the kernel's default, half
+    /// the RAM).
+    Tmpfs {
+        target: PathBuf,
+        mode: u32,
+        #[serde(default)]
+        size: Option<u64>,
+    },
     /// An empty, mode-000, read-only file or directory over `target`.
     Mask { target: PathBuf, dir: bool },
     /// A read-only file with these contents over `target`, written by the shim into its own

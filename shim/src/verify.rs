@@ -30,6 +30,8 @@ pub struct Facts {
     pub old_root_reachable: bool,
     pub unreadable: Vec<String>,
     pub unwritable: Vec<String>,
+    /// This process's `/proc/self/oom_score_adj`, which everything inside inherits.
+    pub oom_score_adj: i32,
 }
 
 #[derive(Debug, Serialize, Default)]
@@ -283,6 +285,16 @@ pub fn verify(
     for d in &spec.verify_unwritable_dirs {
         unwritable(d)?;
     }
+    let oom_score_adj = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    if oom_score_adj != Some(spec.limits.oom_score_adj) {
+        return Err(fail(format!(
+            "oom_score_adj is {oom_score_adj:?}, expected {}",
+            spec.limits.oom_score_adj
+        )));
+    }
+    let oom_score_adj = spec.limits.oom_score_adj;
     Ok(Facts {
         seccomp_mode: status.seccomp,
         no_new_privs: status.nnp,
@@ -295,6 +307,7 @@ pub fn verify(
         network_interfaces,
         external_connect: external,
         old_root_reachable: false,
+        oom_score_adj,
         unreadable: spec
             .verify_unreadable
             .iter()

@@ -23,6 +23,10 @@ pub fn launch(args: &SandboxArgs) -> Check {
         let mut spec = prepared.spec;
         spec.probe_only = true;
         let mut status = StatusSink::default();
+        let limits = &prepared.policy.runtime.limits;
+        let birth = crate::limits::make_cgroups(limits, &mut status, 0)
+            .map(crate::limits::Birth::new)
+            .map_err(failed)?;
         let code = supervisor::drive(supervisor::Launch {
             spec,
             filter: prepared.filter,
@@ -33,8 +37,13 @@ pub fn launch(args: &SandboxArgs) -> Check {
             on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {
                 Box::new(move |fds, transparent| proxy::launch::start(p, fds, transparent))
             }),
-        })
-        .map_err(failed)?;
+            around_clone: Some(&birth),
+            timeout: None,
+        });
+        if let Some(c) = birth.cgroups {
+            crate::limits::finish_cgroups(c, &mut status);
+        }
+        let code = code.map_err(failed)?;
         match code {
             0 => Ok(()),
             c => Err(format!("the probe launch ended with exit code {c}")),

@@ -71,6 +71,7 @@ pub fn probe(args: &SandboxArgs) -> Report {
     checks.push(namespaces::egress());
     checks.push(namespaces::overlayfs());
     checks.push(kernel::cgroup2());
+    checks.extend(crate::limits::doctor::checks());
     checks.push(launch::launch(args));
     let ok = checks.iter().all(|c| c.status != Status::Fail);
     Report { ok, checks }

@@ -120,6 +120,7 @@ pub fn filesystem() -> Check {
                 let plan = MountPlan {
                     host_root: true,
                     ops: Vec::new(),
+                    shm_size: None,
                 };
                 shim::mounts::build(&plan).map_err(failure_text)
             })

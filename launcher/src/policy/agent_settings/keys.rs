@@ -34,6 +34,7 @@ const SANDBOX: Shape = Shape::Fields(&[
     Field::new("filesystem", FILESYSTEM),
     Field::new("network", NETWORK),
     Field::new("environment", crate::policy::openshell::ENVIRONMENT),
+    Field::new("limits", crate::policy::runtime::LIMITS_JSON),
     // What Claude Code's `sandbox` object adds (it drives sandbox-runtime with them).
     Field::value("excludedCommands"),
     Field::value("allowUnsandboxedCommands"),
