@@ -1,6 +1,7 @@
 /* Syscall cost microbenchmark, run inside each sandbox by scripts/bench.sh.
- * Usage: sysloop getppid|openclose|forkexec|create N  -> prints nanoseconds per operation.
- * `create` makes and removes a file in /dev/shm (a tmpfs in every sandbox measured). */
+ * Usage: sysloop getppid|openclose|forkexec|create|openwrite N  -> nanoseconds per operation.
+ * `create` makes and removes a file in /dev/shm (a tmpfs in every sandbox measured);
+ * `openwrite` opens an existing file there for writing and closes it. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s getppid|openclose|forkexec|create N\n", argv[0]);
+        fprintf(stderr, "usage: %s getppid|openclose|forkexec|create|openwrite N\n", argv[0]);
         return 2;
     }
     long n = atol(argv[2]);
@@ -49,6 +50,19 @@ int main(int argc, char **argv) {
             close(fd);
             unlink(path);
         }
+    } else if (!strcmp(argv[1], "openwrite")) {
+        char path[64];
+        snprintf(path, sizeof path, "/dev/shm/sysloop-w-%d", (int)getpid());
+        int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        if (fd < 0) { perror("create"); return 1; }
+        close(fd);
+        t0 = now();
+        for (long i = 0; i < n; i++) {
+            fd = open(path, O_WRONLY | O_CLOEXEC);
+            if (fd < 0) { perror("openwrite"); return 1; }
+            close(fd);
+        }
+        unlink(path);
     } else {
         fprintf(stderr, "unknown op %s\n", argv[1]);
         return 2;

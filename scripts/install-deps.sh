@@ -18,6 +18,9 @@ have bwrap   || need+=(bubblewrap) # a peer for the benchmarks
 have hyperfine || need+=(hyperfine)
 have node    || need+=(nodejs)     # the MCP stdio server workload
 have npm     || need+=(npm)        # npm through the proxy
+[[ -x /usr/lib/openssh/sftp-server ]] || need+=(openssh-sftp-server) # sftp/scp put inside (non-dumpable)
+have sftp    || need+=(openssh-client)  # sftp, scp, ssh-agent inside the sandbox
+have gpg-agent || need+=(gpg-agent)     # gpg-agent creates its sockets inside
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip) # pip through the proxy
 /usr/bin/python3 -c "import requests" >/dev/null 2>&1 || need+=(python3-requests) # python requests through the proxy
 if [[ "${1:-}" == "--tests" ]]; then

@@ -274,3 +274,16 @@ fn a_failing_create_guard_is_refused() {
         assert!(stderr(&out).contains("create guard"), "{}", explain(&out));
     }
 }
+
+#[test]
+fn a_create_guard_thread_that_cannot_set_itself_up_is_refused() {
+    // The guard's thread of init takes a working directory and umask of its own
+    // (unshare(CLONE_FS)) before it installs its filter; when that fails, nothing runs.
+    for caller in CALLERS {
+        let work = TempDir::new("guardthread");
+        let out = launch_under(caller, &work.path, &["--errno", "unshare=EPERM"], &[]);
+        assert_refused(caller, &work, &out, 117, &["create guard"]);
+        assert!(stderr(&out).contains("unshare"), "{}", explain(&out));
+        assert_runs(caller, &work, &[]);
+    }
+}

@@ -14,8 +14,11 @@ fn last_cap() -> u64 {
 
 /// Drop every capability (bounding, ambient, inheritable, permitted, effective) and set
 /// no_new_privs. Must run after everything that needs privilege (mounts, network setup).
+/// With `keep_ptrace`, CAP_SYS_PTRACE stays in the permitted set (and nowhere else) for the
+/// create guard's thread, which raises it only to reach a non-dumpable target's own memory and
+/// descriptors; call [`drop_kept`] in every other thread once that thread has started.
 /// `core_hard`: the hard core-file limit the program may raise its own to (init keeps 0).
-pub fn drop_privileges(core_hard: u64) -> Result<(), StepError> {
+pub fn drop_privileges(core_hard: u64, keep_ptrace: bool) -> Result<(), StepError> {
     let no_core = libc::rlimit {
         rlim_cur: 0,
         rlim_max: core_hard,
@@ -50,13 +53,20 @@ pub fn drop_privileges(core_hard: u64) -> Result<(), StepError> {
     if ret != 0 {
         return Err(std::io::Error::last_os_error()).at(Step::Identity);
     }
-    for set in [
-        caps::CapSet::Inheritable,
-        caps::CapSet::Effective,
-        caps::CapSet::Permitted,
-    ] {
+    for set in [caps::CapSet::Inheritable, caps::CapSet::Effective] {
         caps::clear(None, set).at(Step::Identity)?;
+    }
+    if keep_ptrace {
+        let kept: caps::CapsHashSet = [caps::Capability::CAP_SYS_PTRACE].into_iter().collect();
+        caps::set(None, caps::CapSet::Permitted, &kept).at(Step::Identity)?;
+    } else {
+        caps::clear(None, caps::CapSet::Permitted).at(Step::Identity)?;
     }
     sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS, 1").at(Step::Identity)?;
     Ok(())
+}
+
+/// Drop what [`drop_privileges`] kept, in the calling thread (capabilities are per thread).
+pub fn drop_kept() -> Result<(), StepError> {
+    caps::clear(None, caps::CapSet::Permitted).at(Step::Identity)
 }

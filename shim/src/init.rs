@@ -91,28 +91,46 @@ const FAILED_EXEC: i32 = 1;
 const FAILED_GUARD: i32 = 2;
 /// setrlimit failed; the index of the limit is in the bits above the low byte.
 const FAILED_RLIMIT: i32 = 3;
+const FAILED_SECCOMP: i32 = 4;
+const FAILED_CAPS: i32 = 5;
 
-/// Fork and exec the target. Returns its pid once the exec has succeeded, and the create
-/// guard's listener when one was asked for; any failure before the exec is reported as an error
-/// (the target never ran).
-pub fn spawn(
-    path: &Path,
+/// The target, forked but held before everything that makes it the target: it waits for
+/// [`Forked::start`]. It is forked early — before init starts the create guard's thread (so the
+/// program is PID 2) and before init's own seccomp filter (which the child installs itself, as
+/// the last thing before its exec, along with the guard's).
+pub struct Forked<'a> {
+    pid: libc::pid_t,
+    path: &'a Path,
+    rlimits: &'a [Rlimit],
+    go: OwnedFd,
+    status: OwnedFd,
+    guard: Option<GuardSetup<'a>>,
+}
+
+/// Fork the target; it runs nothing of its own until [`Forked::start`]. `policy` is the seccomp
+/// program it installs for itself; `guard`, the create guard's.
+pub fn fork_target<'a>(
+    path: &'a Path,
     argv: &[String],
     env: &[(String, String)],
-    rlimits: &[Rlimit],
-    guard: Option<GuardSetup<'_>>,
-) -> Result<(libc::pid_t, Option<crate::create_guard::Listener>), StepError> {
+    rlimits: &'a [Rlimit],
+    policy: &[libc::sock_filter],
+    guard: Option<GuardSetup<'a>>,
+) -> Result<Forked<'a>, StepError> {
     let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
     let c_argv = cstrings(argv.iter().cloned());
     let c_env = cstrings(env.iter().map(|(k, v)| format!("{k}={v}")));
     let argv_p = ptrs(&c_argv);
     let env_p = ptrs(&c_env);
-
-    let guard_wanted = guard.is_some();
-    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| StepError::new(Step::Exec, format!("pipe2 => {e}"), None))?;
-    // SAFETY: the shim is single-threaded; the child only makes async-signal-safe calls
-    // (sigprocmask, signal, execve, write, _exit) on memory prepared before the fork.
+    let pipe = || {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| StepError::new(Step::Exec, format!("pipe2 => {e}"), None))
+    };
+    let (status_rd, status_wr) = pipe()?;
+    let (go_rd, go_wr) = pipe()?;
+    // SAFETY: the shim is single-threaded here; the child only makes async-signal-safe calls
+    // (sigprocmask, signal, read, capset, prctl, seccomp, sendmsg, execve, write, _exit) on
+    // memory prepared before the fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(StepError::new(
@@ -122,129 +140,265 @@ pub fn spawn(
         ));
     }
     if pid == 0 {
-        let guard = guard.as_ref().map(|g| (g.prog, g.child_sock.as_raw_fd()));
-        // SAFETY: see above; this is the child.
-        unsafe { exec_child(&c_path, &argv_p, &env_p, rlimits, wr.as_raw_fd(), guard) }
-    }
-    drop(wr);
-    // The guard's listener arrives before the child may exec: without it, the target never runs.
-    let mut listener = None;
-    if let Some(g) = guard {
-        drop(g.child_sock);
-        match crate::create_guard::receive_listener(g.init_sock.as_raw_fd()) {
-            Ok(fd) => {
-                let _ = nix::unistd::write(&g.init_sock, b"g");
-                listener = Some(fd);
-            }
-            // The child failed to install it (its reason is on the status pipe) or died.
-            Err(_) => {
-                // SAFETY: signalling our own child, which has not exec'd.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
-    let mut buf = [0u8; 8];
-    let n = loop {
-        match nix::unistd::read(&rd, &mut buf) {
-            Err(Errno::EINTR) => continue,
-            other => break other.unwrap_or(0),
-        }
-    };
-    if n == 8 {
-        let kind = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
-        let errno = Errno::from_raw(i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]));
-        // Reap the child that failed to exec.
-        // SAFETY: waitpid on our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        if kind & 0xff == FAILED_RLIMIT {
-            let r = rlimits.get((kind >> 8) as usize).copied();
-            return Err(StepError::new(
-                Step::Limits,
-                format!("setrlimit({r:?}) => {errno} ({})", errno.desc()),
-                Some("a hard limit can only be lowered inside the sandbox; check --rlimit"),
-            ));
-        }
-        if kind == FAILED_GUARD || (kind != FAILED_EXEC && listener.is_none()) {
-            return Err(StepError::new(
-                Step::Seccomp,
-                format!("cannot install the create guard (a seccomp user-notification filter): {errno} ({})", errno.desc()),
-                Some("the kernel must support SECCOMP_FILTER_FLAG_NEW_LISTENER (Linux >= 5.5); run `sandbox-launch doctor`"),
-            ));
-        }
-        let hint = match errno {
-            Errno::EACCES => "the file is not executable for this user, or the policy does not allow executing it",
-            Errno::ENOENT => "the file or its interpreter (#! line, ELF loader) does not exist inside the sandbox",
-            _ => "check the program and the policy",
+        let g = guard.as_ref().map(|g| (g.prog, g.child_sock.as_raw_fd()));
+        let child = Child {
+            path: &c_path,
+            argv: &argv_p,
+            env: &env_p,
+            go: go_rd.as_raw_fd(),
+            status: status_wr.as_raw_fd(),
+            rlimits,
+            policy,
+            guard: g,
         };
-        return Err(StepError(crate::channel::Failure {
-            step: Step::Exec,
-            message: format!("execve({}) => {errno} ({})", path.display(), errno.desc()),
-            hint: Some(hint.to_string()),
-        }));
+        // SAFETY: see above; this is the child.
+        unsafe { child.exec() }
     }
-    if n != 8 && guard_wanted && listener.is_none() {
-        // SAFETY: reaping our own child, killed above before its exec.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        return Err(StepError::new(
-            Step::Seccomp,
-            "cannot install the create guard: the target ended before handing over its listener",
-            None,
-        ));
-    }
-    Ok((pid, listener))
+    drop((status_wr, go_rd));
+    Ok(Forked {
+        pid,
+        path,
+        rlimits,
+        go: go_wr,
+        status: status_rd,
+        guard,
+    })
 }
 
-/// In the forked child: restore default signal handling and exec. Never returns.
-///
-/// # Safety
-/// Must only be called in a freshly forked child of a single-threaded process.
-unsafe fn exec_child(
-    path: &CString,
-    argv: &[*const libc::c_char],
-    env: &[*const libc::c_char],
-    rlimits: &[Rlimit],
-    status_fd: RawFd,
-    guard: Option<(&[libc::sock_filter], RawFd)>,
-) -> ! {
-    let fail = |kind: i32, errno: i32| -> ! {
+impl Forked<'_> {
+    /// Let the target go on: it installs its filters and execs. Returns its pid once the exec
+    /// has succeeded, and the create guard's listener when one was asked for; any failure
+    /// before the exec is reported as an error (the target never ran).
+    pub fn start(self) -> Result<(libc::pid_t, Option<crate::create_guard::Listener>), StepError> {
+        let Forked {
+            pid,
+            path,
+            rlimits,
+            go,
+            status,
+            guard,
+        } = self;
+        let guard_wanted = guard.is_some();
+        let _ = nix::unistd::write(&go, b"g");
+        drop(go);
+        // The guard's listener arrives before the child may exec: without it, the target
+        // never runs.
+        let mut listener = None;
+        if let Some(g) = guard {
+            drop(g.child_sock);
+            match crate::create_guard::receive_listener(g.init_sock.as_raw_fd()) {
+                Ok(fd) => {
+                    let _ = nix::unistd::write(&g.init_sock, b"g");
+                    listener = Some(fd);
+                }
+                // The child failed before handing it over (its reason is on the status pipe)
+                // or died.
+                Err(_) => {
+                    // SAFETY: signalling our own child, which has not exec'd.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        let mut buf = [0u8; 8];
+        let n = loop {
+            match nix::unistd::read(&status, &mut buf) {
+                Err(Errno::EINTR) => continue,
+                other => break other.unwrap_or(0),
+            }
+        };
+        if n == 8 {
+            let kind = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            let errno = Errno::from_raw(i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]));
+            // Reap the child that failed to exec.
+            // SAFETY: waitpid on our own child.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            if kind & 0xff == FAILED_RLIMIT {
+                let r = rlimits.get((kind >> 8) as usize).copied();
+                return Err(StepError::new(
+                    Step::Limits,
+                    format!("setrlimit({r:?}) => {errno} ({})", errno.desc()),
+                    Some("a hard limit can only be lowered inside the sandbox; check --rlimit"),
+                ));
+            }
+            return Err(failure(kind, errno, path, listener.is_some()));
+        }
+        if n != 8 && guard_wanted && listener.is_none() {
+            // SAFETY: reaping our own child, killed above before its exec.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            return Err(StepError::new(
+                Step::Seccomp,
+                "cannot install the create guard: the target ended before handing over its listener",
+                None,
+            ));
+        }
+        Ok((pid, listener))
+    }
+}
+
+/// What the child's report of a failure before its exec means.
+fn failure(kind: i32, errno: Errno, path: &Path, got_listener: bool) -> StepError {
+    match kind {
+        FAILED_SECCOMP => StepError::new(
+            Step::Seccomp,
+            format!(
+                "cannot install the seccomp filter in the program before its exec: {errno} ({})",
+                errno.desc()
+            ),
+            Some("run `sandbox-launch doctor`"),
+        ),
+        FAILED_CAPS => StepError::new(
+            Step::Identity,
+            format!(
+                "cannot drop the last capability in the program before its exec: {errno} ({})",
+                errno.desc()
+            ),
+            None,
+        ),
+        k if k == FAILED_GUARD || (k != FAILED_EXEC && !got_listener) => StepError::new(
+            Step::Seccomp,
+            format!(
+                "cannot install the create guard (a seccomp user-notification filter): {errno} ({})",
+                errno.desc()
+            ),
+            Some("the kernel must support SECCOMP_FILTER_FLAG_NEW_LISTENER (Linux >= 5.5); run `sandbox-launch doctor`"),
+        ),
+        _ => {
+            let hint = match errno {
+                Errno::EACCES => "the file is not executable for this user, or the policy does not allow executing it",
+                Errno::ENOENT => "the file or its interpreter (#! line, ELF loader) does not exist inside the sandbox",
+                _ => "check the program and the policy",
+            };
+            StepError(crate::channel::Failure {
+                step: Step::Exec,
+                message: format!("execve({}) => {errno} ({})", path.display(), errno.desc()),
+                hint: Some(hint.to_string()),
+            })
+        }
+    }
+}
+
+/// The forked child's part, all prepared before the fork.
+struct Child<'a> {
+    path: &'a CString,
+    argv: &'a [*const libc::c_char],
+    env: &'a [*const libc::c_char],
+    go: RawFd,
+    status: RawFd,
+    rlimits: &'a [Rlimit],
+    policy: &'a [libc::sock_filter],
+    guard: Option<(&'a [libc::sock_filter], RawFd)>,
+}
+
+impl Child<'_> {
+    fn fail(&self, kind: i32, errno: i32) -> ! {
         let mut bytes = [0u8; 8];
         bytes[..4].copy_from_slice(&kind.to_ne_bytes());
         bytes[4..].copy_from_slice(&errno.to_ne_bytes());
-        libc::write(status_fd, bytes.as_ptr().cast(), bytes.len());
-        libc::_exit(127);
-    };
-    // Handlers set by the Rust runtime (SIGPIPE ignored) must not leak into the target.
-    for sig in 1..libc::SIGRTMIN() {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-    }
-    let mut empty: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut empty);
-    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    if let Some((prog, sock)) = guard {
-        if let Err(errno) = crate::create_guard::install_in_child(prog, sock) {
-            fail(FAILED_GUARD, errno);
-        }
-        // Exec only once init holds the listener (EOF: init is gone).
-        let mut ack = [0u8; 1];
-        if libc::read(sock, ack.as_mut_ptr().cast(), 1) != 1 {
+        // SAFETY: writing a local buffer to our own pipe, then exiting.
+        unsafe {
+            libc::write(self.status, bytes.as_ptr().cast(), bytes.len());
             libc::_exit(127);
         }
-        libc::close(sock);
     }
-    // Last, so nothing of the above runs under the program's limits.
-    for (i, r) in rlimits.iter().enumerate() {
-        let lim = libc::rlimit {
-            rlim_cur: r.soft,
-            rlim_max: r.hard,
-        };
-        if libc::setrlimit(r.resource, &lim) != 0 {
-            fail(FAILED_RLIMIT | ((i as i32) << 8), *libc::__errno_location());
+
+    /// Restore default signal handling, wait for init's go, drop the capability init's guard
+    /// thread keeps, install the policy's filter and the guard's, and exec. Never returns.
+    ///
+    /// # Safety
+    /// Must only be called in a freshly forked child of a single-threaded process.
+    unsafe fn exec(&self) -> ! {
+        // Handlers set by the Rust runtime (SIGPIPE ignored) must not leak into the target.
+        for sig in 1..libc::SIGRTMIN() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
         }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // Init builds and verifies the rest of the sandbox meanwhile (EOF: it failed).
+        let mut go = [0u8; 1];
+        if libc::read(self.go, go.as_mut_ptr().cast(), 1) != 1 {
+            libc::_exit(127);
+        }
+        if let Err(errno) = drop_all_capabilities() {
+            self.fail(FAILED_CAPS, errno);
+        }
+        if let Err(errno) = install_filter(self.policy) {
+            self.fail(FAILED_SECCOMP, errno);
+        }
+        if let Some((prog, sock)) = self.guard {
+            if let Err(errno) = crate::create_guard::install_in_child(prog, sock) {
+                self.fail(FAILED_GUARD, errno);
+            }
+            // Exec only once init holds the listener (EOF: init is gone).
+            let mut ack = [0u8; 1];
+            if libc::read(sock, ack.as_mut_ptr().cast(), 1) != 1 {
+                libc::_exit(127);
+            }
+            libc::close(sock);
+        }
+        // Last, so nothing of the above runs under the program's limits.
+        for (i, r) in self.rlimits.iter().enumerate() {
+            let lim = libc::rlimit {
+                rlim_cur: r.soft,
+                rlim_max: r.hard,
+            };
+            if libc::setrlimit(r.resource, &lim) != 0 {
+                self.fail(FAILED_RLIMIT | ((i as i32) << 8), *libc::__errno_location());
+            }
+        }
+        libc::execve(self.path.as_ptr(), self.argv.as_ptr(), self.env.as_ptr());
+        self.fail(FAILED_EXEC, *libc::__errno_location());
     }
-    libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
-    fail(FAILED_EXEC, *libc::__errno_location());
+}
+
+/// Empty every capability set of the calling thread (raw capset: async-signal-safe), and check
+/// that they are.
+///
+/// # Safety
+/// Plain syscalls on local memory.
+unsafe fn drop_all_capabilities() -> Result<(), i32> {
+    // linux/capability.h: _LINUX_CAPABILITY_VERSION_3 takes two data structs of three u32s
+    // (effective, permitted, inheritable).
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header: [u32; 2] = [VERSION_3, 0];
+    let zero = [0u32; 6];
+    if libc::syscall(libc::SYS_capset, header.as_mut_ptr(), zero.as_ptr()) != 0 {
+        return Err(*libc::__errno_location());
+    }
+    let mut now = [0u32; 6];
+    if libc::syscall(libc::SYS_capget, header.as_mut_ptr(), now.as_mut_ptr()) != 0 {
+        return Err(*libc::__errno_location());
+    }
+    if now != zero {
+        return Err(libc::EPERM);
+    }
+    Ok(())
+}
+
+/// Install `prog` (no_new_privs is set already) and check that the process is in filter mode.
+///
+/// # Safety
+/// Plain syscalls on memory that outlives them.
+unsafe fn install_filter(prog: &[libc::sock_filter]) -> Result<(), i32> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    if libc::syscall(
+        libc::SYS_seccomp,
+        libc::SECCOMP_SET_MODE_FILTER,
+        0,
+        &fprog as *const libc::sock_fprog,
+    ) != 0
+    {
+        return Err(*libc::__errno_location());
+    }
+    if libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) != 2 {
+        return Err(libc::EPERM);
+    }
+    Ok(())
 }
 
 /// The exit code for a wait status: the code, or 128+N for a signal.
@@ -259,17 +413,12 @@ fn exit_code(status: libc::c_int) -> i32 {
 }
 
 /// Be init until the target exits; then kill the rest and return the target's exit code.
-/// With a create guard, also answer its notifications.
-pub fn supervise(target: libc::pid_t, guard: Option<crate::create_guard::Handler>) -> i32 {
+/// (The create guard answers on a thread of its own, blocked in the notification ioctl: a
+/// notification then wakes it directly, and signals never wait behind it.)
+pub fn supervise(target: libc::pid_t) -> i32 {
     let set = wait_set();
     // SAFETY: a valid, initialised signal set; the signals are blocked in this thread.
     let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
-    // The create guard answers on a thread of its own, blocked in the notification ioctl: a
-    // notification then wakes it directly (no poll round), and signals never wait behind it.
-    // Safe to start a thread here: init forks nothing after the target has started.
-    if let Some(g) = guard {
-        std::thread::spawn(move || while g.handle_one().is_ok() {});
-    }
     loop {
         // SAFETY: signalfd_siginfo is plain data; read fills it.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };

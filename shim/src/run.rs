@@ -48,38 +48,99 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         Step::Mounts,
         "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
     )?;
-    identity::drop_privileges(core_hard_limit(&spec))?;
+    let guarded = !spec.guard_create.is_empty();
+    identity::drop_privileges(core_hard_limit(&spec), guarded)?;
     let landlock = landlock::restrict(&spec.landlock, &mut warnings)?;
+
+    // The target is forked now, held until everything is verified: it is PID 2, shares the
+    // privileges and the Landlock domain, and installs the seccomp filters itself before its
+    // exec (see `init::fork_target`). A probe (`doctor`) builds and verifies, and starts nothing.
+    let policy: Vec<libc::sock_filter> = filter
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let guard_prog = create_guard::filter();
+    let path = if spec.probe_only {
+        None
+    } else {
+        let path_var = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let program = spec.argv.first().map(String::as_str).unwrap_or("");
+        Some(init::find_program(program, path_var)?)
+    };
+    let forked = match &path {
+        None => None,
+        Some(path) => {
+            let guard_setup = if guarded {
+                let (mine, theirs) = nix::sys::socket::socketpair(
+                    nix::sys::socket::AddressFamily::Unix,
+                    nix::sys::socket::SockType::SeqPacket,
+                    None,
+                    nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                )
+                .at(Step::Seccomp)?;
+                Some(init::GuardSetup {
+                    prog: &guard_prog,
+                    child_sock: theirs,
+                    init_sock: mine,
+                })
+            } else {
+                None
+            };
+            Some(init::fork_target(
+                path,
+                &spec.argv,
+                &spec.env,
+                &spec.limits.rlimits,
+                &policy,
+                guard_setup,
+            )?)
+        }
+    };
+
+    // The guard's thread starts here: after the privileges and Landlock, which it shares with
+    // the rest of init, and before init's own seccomp filter (it installs its own).
+    let guard_thread = if guarded {
+        let t = create_guard::GuardThread::start(&filter)?;
+        identity::drop_kept()?;
+        Some(t)
+    } else {
+        None
+    };
     seccomp::install(&filter).map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
     for text in warnings {
         send(sync, &FromShim::Warning { text })?;
     }
-    let facts = verify::verify(&spec, landlock, transparent)?;
+    let facts = verify::verify(
+        &spec,
+        landlock,
+        transparent,
+        guard_thread.as_ref().map(|t| t.tid()),
+    )?;
     let facts = serde_json::to_value(&facts).at(Step::Internal)?;
     send(sync, &FromShim::Verified { facts })?;
-    if spec.probe_only {
+    let Some(forked) = forked else {
         send(sync, &FromShim::Exited { code: 0 })?;
         return Ok(0);
-    }
-
-    let path_var = spec
-        .env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str());
-    let program = spec.argv.first().map(String::as_str).unwrap_or("");
-    let path = init::find_program(program, path_var)?;
-    let (pid, guard) = if spec.guard_create.is_empty() {
-        let rlimits = &spec.limits.rlimits;
-        (
-            init::spawn(&path, &spec.argv, &spec.env, rlimits, None)?.0,
-            None,
-        )
-    } else {
-        start_guarded(&path, &spec)?
     };
+
+    let (pid, listener) = forked.start()?;
+    if let (Some(t), Some(l)) = (guard_thread, listener) {
+        t.serve(l, spec.guard_create.clone());
+    }
     send(sync, &FromShim::Started { pid })?;
-    let code = init::supervise(pid, guard);
+    // The target has its working directory; init's own is `/` from now on (a path through
+    // /proc/1/cwd then leads nowhere the target could not go itself).
+    let _ = sys::chdir(std::path::Path::new("/"));
+    let code = init::supervise(pid);
     // Every process inside is reaped: the exit code can go out before this process's own
     // exit, whose namespace teardown (unmounting the whole tree) costs a few hundred µs. The
     // caller's descriptors are let go first, so whoever reads the program's output sees its end
@@ -91,34 +152,6 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     }
     let _ = channel::send(sync, &FromShim::Exited { code }, &[]);
     Ok(code)
-}
-
-/// Start the target under the create guard and take its listener.
-fn start_guarded(
-    path: &std::path::Path,
-    spec: &SandboxSpec,
-) -> Result<(libc::pid_t, Option<create_guard::Handler>), StepError> {
-    let prog = create_guard::filter();
-    let (mine, theirs) = nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::SeqPacket,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-    )
-    .at(Step::Seccomp)?;
-    let (pid, listener) = init::spawn(
-        path,
-        &spec.argv,
-        &spec.env,
-        &spec.limits.rlimits,
-        Some(init::GuardSetup {
-            prog: &prog,
-            child_sock: theirs,
-            init_sock: mine,
-        }),
-    )?;
-    let handler = listener.map(|l| create_guard::Handler::new(l, spec.guard_create.clone()));
-    Ok((pid, handler))
 }
 
 /// The UTS namespace's hostname (`doctor` tries the same call).

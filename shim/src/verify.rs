@@ -32,6 +32,19 @@ pub struct Facts {
     pub unwritable: Vec<String>,
     /// This process's `/proc/self/oom_score_adj`, which everything inside inherits.
     pub oom_score_adj: i32,
+    /// The create guard's thread of init, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard_thread: Option<GuardThreadFacts>,
+}
+
+/// The create guard's thread: under seccomp like the rest of init, no effective capability,
+/// and in its permitted set at most CAP_SYS_PTRACE (raised only to reach a non-dumpable
+/// target's own memory and descriptors).
+#[derive(Debug, Serialize)]
+pub struct GuardThreadFacts {
+    pub seccomp_mode: u32,
+    pub no_new_privs: bool,
+    pub capabilities: Caps,
 }
 
 #[derive(Debug, Serialize, Default)]
@@ -58,9 +71,9 @@ struct Status {
     caps: Caps,
 }
 
-fn read_status() -> Result<Status, StepError> {
-    let text = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| fail(format!("cannot read /proc/self/status: {e}")))?;
+fn read_status(path: &str) -> Result<Status, StepError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read {path}: {e}")))?;
     let field = |name: &str| -> Option<&str> {
         text.lines()
             .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
@@ -69,7 +82,7 @@ fn read_status() -> Result<Status, StepError> {
     let hex = |name: &str| -> Result<u64, StepError> {
         field(name)
             .and_then(|v| u64::from_str_radix(v, 16).ok())
-            .ok_or_else(|| fail(format!("/proc/self/status has no {name}")))
+            .ok_or_else(|| fail(format!("{path} has no {name}")))
     };
     Ok(Status {
         seccomp: field("Seccomp").and_then(|v| v.parse().ok()).unwrap_or(0),
@@ -204,12 +217,14 @@ fn unwritable(dir: &Path) -> Result<(), StepError> {
 
 /// `transparent`: the shim routed outbound traffic into `lo` for the redirect (transparent
 /// egress); otherwise there must be no route out at all.
+/// `guard_thread`: the tid of the create guard's thread of init, if it runs.
 pub fn verify(
     spec: &SandboxSpec,
     landlock: LandlockFacts,
     transparent: bool,
+    guard_thread: Option<libc::pid_t>,
 ) -> Result<Facts, StepError> {
-    let status = read_status()?;
+    let status = read_status("/proc/self/status")?;
     if status.seccomp != 2 {
         return Err(fail(format!(
             "seccomp mode is {} instead of 2 (filter)",
@@ -295,6 +310,7 @@ pub fn verify(
         )));
     }
     let oom_score_adj = spec.limits.oom_score_adj;
+    let guard_thread = guard_thread.map(verify_guard_thread).transpose()?;
     Ok(Facts {
         seccomp_mode: status.seccomp,
         no_new_privs: status.nnp,
@@ -318,5 +334,28 @@ pub fn verify(
             .iter()
             .map(|p| p.display().to_string())
             .collect(),
+        guard_thread,
+    })
+}
+
+fn verify_guard_thread(tid: libc::pid_t) -> Result<GuardThreadFacts, StepError> {
+    let status = read_status(&format!("/proc/self/task/{tid}/status"))?;
+    if status.seccomp != 2 || !status.nnp {
+        return Err(fail(format!(
+            "the create guard's thread runs with seccomp mode {} and no_new_privs {}",
+            status.seccomp, status.nnp
+        )));
+    }
+    let c = &status.caps;
+    let ptrace = 1u64 << caps::Capability::CAP_SYS_PTRACE.index();
+    if c.inheritable | c.effective | c.bounding | c.ambient != 0 || c.permitted & !ptrace != 0 {
+        return Err(fail(format!(
+            "the create guard's thread holds more than CAP_SYS_PTRACE (permitted only): {c:?}"
+        )));
+    }
+    Ok(GuardThreadFacts {
+        seccomp_mode: status.seccomp,
+        no_new_privs: status.nnp,
+        capabilities: status.caps,
     })
 }

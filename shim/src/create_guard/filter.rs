@@ -1,22 +1,17 @@
 //! The guard's BPF program: which syscalls go to init.
+//!
+//! Everything that can put content at a name: creating an entry (open/creat with O_CREAT, mkdir,
+//! mknod, symlink, link, rename), opening an existing file for writing (O_WRONLY, O_RDWR,
+//! O_TRUNC: a file of a nested repository or an agent's directory is not known at launch, so no
+//! read-only bind covers it), truncate(2), and bind(2) (a pathname unix socket is a new name).
+//! `umask` is seen too (and let through), so init knows each process's mask. `openat2` answers
+//! ENOSYS (its flags live in memory, out of the filter's reach); callers fall back to `openat`.
+//!
+//! Adding a syscall (connect, sendto for issue 13) is one more entry in [`ALWAYS`] and one more
+//! decoder in `decode`.
 
-const O_CREAT: u32 = libc::O_CREAT as u32;
-
-fn stmt(code: u16, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code, jt, jf, k }
-}
-
-/// Syscalls that always create an entry (x86-64 numbers; other ABIs are killed by the main
-/// policy's guard).
+/// Syscalls that always go to init (x86-64 numbers; other ABIs are killed by the main policy's
+/// guard).
 #[cfg(target_arch = "x86_64")]
 const ALWAYS: &[libc::c_long] = &[
     libc::SYS_creat,
@@ -31,72 +26,191 @@ const ALWAYS: &[libc::c_long] = &[
     libc::SYS_rename,
     libc::SYS_renameat,
     libc::SYS_renameat2,
+    libc::SYS_truncate,
+    libc::SYS_bind,
     // Not a creation: seen (and let through) so init knows each process's umask without
     // reading /proc/PID/status on every creation.
     libc::SYS_umask,
 ];
 
+/// Open flags that make an open go to init: it creates, writes or truncates.
+pub const OPEN_FLAGS_SEEN: u32 =
+    (libc::O_CREAT | libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) as u32;
+
+/// Offsets in `struct seccomp_data`: `nr`, `arch`, and the low 32 bits of `args[i]`.
+const NR: u32 = 0;
+const ARCH: u32 = 4;
+const fn arg_low(i: u32) -> u32 {
+    16 + 8 * i
+}
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+/// Where a jump goes: the next instruction or a label.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum To {
+    Next,
+    Label(Label),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Label {
+    Allow,
+    Notify,
+    Enosys,
+    Open,
+    Openat,
+    /// The end of a prefix: what follows it.
+    End,
+}
+
+enum Insn {
+    Load(u32),
+    Jump(u16, u32, To, To),
+    Ret(u32),
+    Here(Label),
+}
+
+/// Lay out `insns`, turning labels into relative jumps.
+fn assemble(insns: &[Insn]) -> Vec<libc::sock_filter> {
+    let mut at = std::collections::HashMap::new();
+    let mut n = 0usize;
+    for i in insns {
+        match i {
+            Insn::Here(l) => {
+                at.insert(*l, n);
+            }
+            _ => n += 1,
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in insns {
+        let here = out.len();
+        let offset = |t: To| -> u8 {
+            match t {
+                To::Next => 0,
+                To::Label(l) => {
+                    let target = at[&l];
+                    debug_assert!(target > here, "jumps go forward");
+                    (target - here - 1) as u8
+                }
+            }
+        };
+        let (code, k, jt, jf) = match i {
+            Insn::Here(_) => continue,
+            Insn::Load(off) => (LD_W_ABS, *off, 0, 0),
+            Insn::Jump(code, k, t, f) => (*code, *k, offset(*t), offset(*f)),
+            Insn::Ret(k) => (RET, *k, 0, 0),
+        };
+        out.push(libc::sock_filter { code, jt, jf, k });
+    }
+    out
+}
+
 /// The guard's BPF program.
 #[cfg(target_arch = "x86_64")]
 pub fn filter() -> Vec<libc::sock_filter> {
-    const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-    const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-    const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
-    const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    let n = ALWAYS.len() as u8;
-    // Layout: [0] ld arch, [1] jeq arch, [2] ld nr, [3..3+n) jeq always -> NOTIFY,
-    // then jeq open -> OPEN, jeq openat -> OPENAT, jeq openat2 -> ENOSYS, ret ALLOW,
-    // OPEN: ld args[1], jset O_CREAT -> NOTIFY, ret ALLOW,
-    // OPENAT: ld args[2], jset O_CREAT -> NOTIFY, ret ALLOW,
-    // NOTIFY: ret USER_NOTIF, ENOSYS: ret ERRNO|ENOSYS.
-    let base = 3 + n; // index of `jeq open`
-    let open_at = base + 4; // OPEN label
-    let openat_at = open_at + 3;
-    let notify_at = openat_at + 3;
-    let enosys_at = notify_at + 1;
-    let allow_early = base + 3; // `ret ALLOW` after the jeqs
+    use Insn::*;
+    use To::{Label as L, Next};
     let mut p = vec![
-        stmt(LD_W_ABS, 4),
+        Load(ARCH),
         // Another ABI: not ours to judge (the main policy kills it).
-        jump(JEQ, AUDIT_ARCH_X86_64, 0, allow_early - 2),
-        stmt(LD_W_ABS, 0),
+        Jump(JEQ, AUDIT_ARCH_X86_64, Next, L(Label::Allow)),
+        Load(NR),
     ];
-    for (i, nr) in ALWAYS.iter().enumerate() {
-        let here = 3 + i as u8;
-        p.push(jump(JEQ, *nr as u32, notify_at - here - 1, 0));
+    for nr in ALWAYS {
+        p.push(Jump(JEQ, *nr as u32, L(Label::Notify), Next));
     }
-    p.push(jump(JEQ, libc::SYS_open as u32, open_at - base - 1, 0));
-    p.push(jump(
-        JEQ,
-        libc::SYS_openat as u32,
-        openat_at - (base + 1) - 1,
-        0,
-    ));
-    p.push(jump(
-        JEQ,
-        libc::SYS_openat2 as u32,
-        enosys_at - (base + 2) - 1,
-        0,
-    ));
-    p.push(stmt(RET, libc::SECCOMP_RET_ALLOW));
-    // OPEN: flags are args[1] (low 32 bits at offset 16 + 8).
-    p.push(stmt(LD_W_ABS, 24));
-    p.push(jump(JSET, O_CREAT, notify_at - (open_at + 1) - 1, 0));
-    p.push(stmt(RET, libc::SECCOMP_RET_ALLOW));
-    // OPENAT: flags are args[2].
-    p.push(stmt(LD_W_ABS, 32));
-    p.push(jump(JSET, O_CREAT, notify_at - (openat_at + 1) - 1, 0));
-    p.push(stmt(RET, libc::SECCOMP_RET_ALLOW));
-    p.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
-    p.push(stmt(RET, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
-    debug_assert_eq!(p.len(), enosys_at as usize + 1);
-    p
+    p.extend([
+        Jump(JEQ, libc::SYS_open as u32, L(Label::Open), Next),
+        Jump(JEQ, libc::SYS_openat as u32, L(Label::Openat), Next),
+        Jump(JEQ, libc::SYS_openat2 as u32, L(Label::Enosys), Next),
+        Here(Label::Allow),
+        Ret(libc::SECCOMP_RET_ALLOW),
+        Here(Label::Open),
+        Load(arg_low(1)),
+        Jump(JSET, OPEN_FLAGS_SEEN, L(Label::Notify), Next),
+        Ret(libc::SECCOMP_RET_ALLOW),
+        Here(Label::Openat),
+        Load(arg_low(2)),
+        Jump(JSET, OPEN_FLAGS_SEEN, L(Label::Notify), Next),
+        Ret(libc::SECCOMP_RET_ALLOW),
+        Here(Label::Notify),
+        Ret(libc::SECCOMP_RET_USER_NOTIF),
+        Here(Label::Enosys),
+        Ret(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+    ]);
+    assemble(&p)
+}
+
+/// In front of the main policy's program, for init's guard thread only: `pidfd_getfd` and
+/// `process_vm_readv` allowed (the guard copies the asking thread's arguments out of its memory
+/// and takes a socket to bind from it; the policy denies both to every process of the sandbox,
+/// and still does: the target inherits init's main thread's filter, which has no such prefix).
+#[cfg(target_arch = "x86_64")]
+pub fn guard_thread_prefix() -> Vec<libc::sock_filter> {
+    use Insn::*;
+    use To::{Label as L, Next};
+    assemble(&[
+        Load(ARCH),
+        Jump(JEQ, AUDIT_ARCH_X86_64, Next, L(Label::End)),
+        Load(NR),
+        Jump(JEQ, libc::SYS_pidfd_getfd as u32, L(Label::Allow), Next),
+        Jump(
+            JEQ,
+            libc::SYS_process_vm_readv as u32,
+            L(Label::Allow),
+            L(Label::End),
+        ),
+        Here(Label::Allow),
+        Ret(libc::SECCOMP_RET_ALLOW),
+        Here(Label::End),
+    ])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Run a classic BPF program (the instructions used here) on one syscall.
+    fn eval(p: &[libc::sock_filter], nr: i64, arch: u32, args: [u64; 6]) -> u32 {
+        let word = |off: u32| -> u32 {
+            match off {
+                0 => nr as u32,
+                4 => arch,
+                o => {
+                    let i = ((o - 16) / 8) as usize;
+                    if (o - 16) % 8 == 0 {
+                        args[i] as u32
+                    } else {
+                        (args[i] >> 32) as u32
+                    }
+                }
+            }
+        };
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = p[pc];
+            match i.code {
+                LD_W_ABS => acc = word(i.k),
+                JEQ => {
+                    pc += if acc == i.k { i.jt } else { i.jf } as usize;
+                }
+                JSET => {
+                    pc += if acc & i.k != 0 { i.jt } else { i.jf } as usize;
+                }
+                RET => return i.k,
+                c => panic!("unexpected opcode {c:#x}"),
+            }
+            pc += 1;
+        }
+    }
+
+    const X86: u32 = AUDIT_ARCH_X86_64;
 
     #[test]
     fn the_filter_has_consistent_jumps() {
@@ -107,9 +221,94 @@ mod tests {
                 assert!(i + 1 + (ins.jf as usize) < p.len());
             }
         }
+    }
+
+    #[test]
+    fn every_way_to_put_content_at_a_name_goes_to_init() {
+        let p = filter();
+        for nr in ALWAYS {
+            assert_eq!(
+                eval(&p, *nr, X86, [0; 6]),
+                libc::SECCOMP_RET_USER_NOTIF,
+                "{nr}"
+            );
+        }
+        for flags in [
+            libc::O_CREAT,
+            libc::O_WRONLY,
+            libc::O_RDWR,
+            libc::O_RDONLY | libc::O_TRUNC,
+            libc::O_TMPFILE | libc::O_WRONLY,
+        ] {
+            let f = flags as u64;
+            assert_eq!(
+                eval(&p, libc::SYS_open, X86, [0, f, 0, 0, 0, 0]),
+                libc::SECCOMP_RET_USER_NOTIF
+            );
+            assert_eq!(
+                eval(&p, libc::SYS_openat, X86, [0, 0, f, 0, 0, 0]),
+                libc::SECCOMP_RET_USER_NOTIF
+            );
+        }
+    }
+
+    #[test]
+    fn reads_and_other_syscalls_stay_in_the_kernel() {
+        let p = filter();
+        let ro = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY) as u64;
         assert_eq!(
-            p.last().unwrap().k,
+            eval(&p, libc::SYS_openat, X86, [0, 0, ro, 0, 0, 0]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            eval(&p, libc::SYS_open, X86, [0, ro, 0, 0, 0, 0]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_unlink,
+            libc::SYS_connect,
+        ] {
+            assert_eq!(eval(&p, nr, X86, [0; 6]), libc::SECCOMP_RET_ALLOW);
+        }
+        // Another ABI is the main policy's to kill.
+        assert_eq!(
+            eval(&p, libc::SYS_mkdir, 0x4000_0003, [0; 6]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            eval(&p, libc::SYS_openat2, X86, [0; 6]),
             libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+    }
+
+    #[test]
+    fn the_guard_thread_prefix_allows_only_what_the_guard_needs_and_falls_through() {
+        let mut p = guard_thread_prefix();
+        let end = p.len();
+        // A stand-in for the policy: deny everything with EPERM.
+        p.push(libc::sock_filter {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | 1,
+        });
+        assert_eq!(end, 6);
+        for nr in [libc::SYS_pidfd_getfd, libc::SYS_process_vm_readv] {
+            assert_eq!(eval(&p, nr, X86, [0; 6]), libc::SECCOMP_RET_ALLOW);
+        }
+        for nr in [
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_writev,
+            libc::SYS_pidfd_open,
+            libc::SYS_read,
+        ] {
+            assert_eq!(eval(&p, nr, X86, [0; 6]), libc::SECCOMP_RET_ERRNO | 1);
+        }
+        assert_eq!(
+            eval(&p, libc::SYS_pidfd_getfd, 0x4000_0003, [0; 6]),
+            libc::SECCOMP_RET_ERRNO | 1
         );
     }
 }

@@ -1,24 +1,29 @@
-//! The create guard: a protected path that does not exist at launch (`.envrc`, `.vscode`,
-//! `.git/hooks` in a directory without them...) must not become creatable, and the sandbox
-//! must create nothing on the host to achieve that, so there is no mount point to bind
-//! read-only over it and Landlock (which grants by hierarchy, not by name) cannot refuse one
-//! name in a writable directory.
+//! The create guard: nothing the program inside writes may run on the host later. Read-only
+//! binds protect what exists at launch; what does not exist yet (`.envrc`, `.vscode`,
+//! `.git/hooks`...) has no mount point to bind, must not be created on the host to get one, and
+//! Landlock (which grants by hierarchy, not by name) cannot refuse one name in a writable
+//! directory; a nested repository's files are not known at launch at all.
 //!
-//! So the target runs under one more seccomp filter that hands every syscall that creates a
-//! directory entry (open/openat/creat with O_CREAT, mkdir, mknod, symlink, link, rename; their
-//! `*at` forms) to init (the shim, PID 1) through a user-notification descriptor. Init never lets
-//! the kernel re-read the target's arguments (a second thread could rewrite the path after the
-//! check): it copies the path out once, resolves its parent directory to a descriptor, decides
-//! on that directory's real path plus the final name, and performs the operation itself on the
-//! descriptor — with the target's uid, groups, Landlock domain, mount namespace and umask, which
-//! are init's own. An opened file is injected into the target (SECCOMP_IOCTL_NOTIF_ADDFD).
-//! `openat2` answers ENOSYS (its flags live in memory); callers fall back to `openat`.
+//! So the target runs under one more seccomp filter that hands every syscall that can put
+//! content at a name to init (the shim, PID 1) through a user-notification descriptor: creating
+//! an entry, opening a file for writing, truncate, bind (see `filter`). Init never lets the
+//! kernel re-read the target's arguments (a second thread could rewrite the path after the
+//! check): it copies them out once, resolves the path to a directory descriptor and a name (or,
+//! for what exists, an O_PATH descriptor of it), decides on the real path read back from that
+//! descriptor, and performs the operation itself on the descriptor — with the target's uid,
+//! groups, Landlock domain, mount namespace and umask, which are init's own. An opened file is
+//! injected into the target (SECCOMP_IOCTL_NOTIF_ADDFD).
+//!
+//! The guard answers on a thread of init's own (see [`GuardThread`]), with its own working
+//! directory and umask, and a seccomp filter that differs from the policy's only in letting it
+//! take a socket from the target (pidfd_getfd).
 //!
 //! The modules: `filter` (the BPF program: which syscalls come here), `listener` (handing the
 //! notification descriptor from the target to init), `decode` (each syscall's arguments, copied
-//! out of the target once), `resolve` (a path as the target would see it, to a directory
-//! descriptor and a name), `rules` (what may be created where), `perform` (the operations init
-//! carries out for the target) and `answer` (what goes back to the target).
+//! out of the target once), `target` (the asking process's memory, umask, descriptors), `resolve`
+//! (a path as the target would see it, to a place or an object), `rules` (what may be written
+//! where), `perform` (the operations init carries out for the target) and `answer` (what goes
+//! back to the target).
 
 mod answer;
 mod decode;
@@ -27,15 +32,19 @@ mod listener;
 mod perform;
 mod resolve;
 mod rules;
+mod target;
 
-use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::mpsc;
 
 use nix::errno::Errno;
+use seccompiler::BpfProgram;
 
+use crate::channel::{Step, StepError};
 use answer::{answer, answer_fd_pinned, Answer, Pin};
-use decode::{decode, read_umask, Request};
+use decode::decode;
+use target::Targets;
 
 pub use filter::filter;
 pub use listener::{install_in_child, receive_listener, Listener};
@@ -48,17 +57,9 @@ pub struct Handler {
     /// Taken notifications cannot be interrupted (see `install_in_child`).
     killable: bool,
     pub(crate) guards: Vec<PathBuf>,
-    /// Per target process: its memory (to copy paths out) and its umask. An entry goes stale
-    /// when the process execs or its pid is reused: then its memory reads fail, and both are
-    /// read afresh.
-    procs: std::cell::RefCell<std::collections::HashMap<libc::pid_t, Proc>>,
+    targets: Targets,
     /// The id of the notification being served (for answers sent from another thread).
     current: std::cell::Cell<u64>,
-}
-
-struct Proc {
-    mem: File,
-    umask: libc::mode_t,
 }
 
 impl Handler {
@@ -82,7 +83,7 @@ impl Handler {
             listener,
             killable,
             guards,
-            procs: Default::default(),
+            targets: Targets::default(),
             current: Default::default(),
         }
     }
@@ -132,51 +133,112 @@ impl Handler {
     }
 
     fn serve(&self, n: &libc::seccomp_notif) -> Result<Answer, Errno> {
-        let pid = n.pid as libc::pid_t;
+        let tid = n.pid as libc::pid_t;
         if n.data.nr as libc::c_long == libc::SYS_umask {
             // umask has no pointer argument, so letting the kernel run it is safe.
-            let mask = n.data.args[0] as libc::mode_t & 0o777;
-            if let Some(p) = self.procs.borrow_mut().get_mut(&pid) {
-                p.umask = mask;
-            }
+            self.targets.set_umask(tid, n.data.args[0] as libc::mode_t);
             return Ok(Answer::Continue);
         }
-        let request = match self.decode_cached(pid, n) {
-            Some(r) => r,
-            None => {
-                // First sight of this process, or it exec'd, or its pid was reused.
-                let mem = File::open(format!("/proc/{pid}/mem")).map_err(|_| Errno::EPERM)?;
-                let request = decode(n, &mem)?;
-                let umask = read_umask(pid).ok_or(Errno::ESRCH)?;
-                self.procs.borrow_mut().insert(pid, Proc { mem, umask });
-                request
-            }
-        };
-        // The path was read from the pid the notification names: make sure that process is
-        // still the one that asked (pids are reused).
+        let request = decode(n, &self.targets.memory(tid)?)?;
+        // The arguments were read from the tid the notification names: make sure that thread
+        // is still the one that asked (tids are reused).
         if !self.id_valid(n.id) {
-            self.procs.borrow_mut().remove(&pid);
+            self.targets.forget(tid);
             return Err(Errno::ENOENT);
         }
-        let umask = self.procs.borrow().get(&pid).map_or(0o022, |p| p.umask);
-        // SAFETY: umask has no memory-safety preconditions; init is single-threaded.
-        let old = unsafe { libc::umask(umask) };
-        let answer = self.perform(pid, request);
-        // SAFETY: as above.
-        unsafe { libc::umask(old) };
-        answer
+        // The guard's thread has a umask of its own (see `GuardThread`): set to the target's.
+        // SAFETY: umask has no memory-safety preconditions.
+        unsafe { libc::umask(self.targets.umask(tid)) };
+        self.perform(tid, request)
     }
+}
 
-    /// Decode with the cached memory of `pid`; None when there is none or it went stale.
-    fn decode_cached(&self, pid: libc::pid_t, n: &libc::seccomp_notif) -> Option<Request> {
-        let mut procs = self.procs.borrow_mut();
-        let p = procs.get(&pid)?;
-        match decode(n, &p.mem) {
-            Ok(r) => Some(r),
-            Err(_) => {
-                procs.remove(&pid);
-                None
-            }
+/// The thread of init that answers the guard's notifications. Started before init's own
+/// seccomp filter is installed, so it can install its own: the policy's program behind a prefix
+/// that lets it take sockets from the target (pidfd_getfd, which the policy denies to every
+/// process of the sandbox — the target inherits the main thread's filter, not this one). It
+/// also has a working directory and umask of its own (unshare(CLONE_FS)), so that binding a
+/// relative socket path from the target's directory, or creating with the target's umask,
+/// changes nothing for init's main thread. Of the capabilities it keeps CAP_SYS_PTRACE in its
+/// permitted set (see `target`); the main thread drops it as soon as this thread runs.
+pub struct GuardThread {
+    handler: mpsc::Sender<(Listener, Vec<PathBuf>)>,
+    tid: libc::pid_t,
+}
+
+impl GuardThread {
+    /// Start the thread and wait until its filter is in place.
+    pub fn start(policy: &BpfProgram) -> Result<GuardThread, StepError> {
+        let prog: BpfProgram = filter::guard_thread_prefix()
+            .into_iter()
+            .map(|i| seccompiler::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .chain(policy.iter().cloned())
+            .collect();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<libc::pid_t, String>>();
+        let (handler_tx, handler_rx) = mpsc::channel::<(Listener, Vec<PathBuf>)>();
+        let spawned = std::thread::Builder::new()
+            .name("create-guard".into())
+            .spawn(move || {
+                let setup = own_fs().and_then(|()| {
+                    crate::seccomp::install(&prog).map_err(|e| format!("{e:#}"))?;
+                    // SAFETY: gettid has no preconditions.
+                    Ok(unsafe { libc::gettid() })
+                });
+                let ok = setup.is_ok();
+                let _ = ready_tx.send(setup);
+                if !ok {
+                    return;
+                }
+                // The sender goes away without a listener when the target never started.
+                if let Ok((listener, guards)) = handler_rx.recv() {
+                    let h = Handler::new(listener, guards);
+                    while h.handle_one().is_ok() {}
+                }
+            });
+        let fail = |why: String| {
+            StepError::new(
+                Step::Seccomp,
+                format!("cannot start the create guard's thread: {why}"),
+                Some("run `sandbox-launch doctor`"),
+            )
+        };
+        spawned.map_err(|e| fail(e.to_string()))?;
+        match ready_rx.recv() {
+            Ok(Ok(tid)) => Ok(GuardThread {
+                handler: handler_tx,
+                tid,
+            }),
+            Ok(Err(why)) => Err(fail(why)),
+            Err(_) => Err(fail("it ended during setup".into())),
         }
     }
+
+    /// The thread's id (for verification).
+    pub fn tid(&self) -> libc::pid_t {
+        self.tid
+    }
+
+    /// Hand over the target's listener: from now on the thread answers its notifications.
+    pub fn serve(self, listener: Listener, guards: Vec<PathBuf>) {
+        let _ = self.handler.send((listener, guards));
+    }
+}
+
+/// A working directory and umask apart from the rest of init; the directory is `/` (where a
+/// path through init's `/proc/TID/cwd` leads nowhere the target could not go itself).
+fn own_fs() -> Result<(), String> {
+    // SAFETY: unshare with a flag only.
+    if unsafe { libc::unshare(libc::CLONE_FS) } < 0 {
+        return Err(format!("unshare(CLONE_FS) => {}", Errno::last()));
+    }
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::chdir(c"/".as_ptr()) } < 0 {
+        return Err(format!("chdir(/) => {}", Errno::last()));
+    }
+    Ok(())
 }

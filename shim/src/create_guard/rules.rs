@@ -12,6 +12,18 @@ pub enum Creates {
     Renamed,
 }
 
+/// An operation, as the rules see it: where it puts content.
+#[derive(Debug, Clone, Copy)]
+pub enum Op<'a> {
+    /// A new entry at `path`: a directory, or anything else (file, symlink, node, socket, link).
+    Create { path: &'a Path, dir: bool },
+    /// Whatever is renamed to `path`.
+    RenameTo { path: &'a Path },
+    /// An existing object written (opened for writing, truncated) or given a new name (the
+    /// source of a hard link).
+    Write { path: &'a Path },
+}
+
 /// May `full` be created as `what`? `guards` are the protected paths that did not exist.
 /// Refused: a guarded path itself; and at an ancestor of a guarded path anything but a real
 /// directory (a symlink or a `.git` file there would redirect the guarded path elsewhere).
