@@ -5,6 +5,7 @@ pub mod cli;
 pub mod doctor;
 pub mod environment;
 pub mod fuzz;
+pub mod idmap;
 pub mod layout;
 pub mod limits;
 pub mod login;

@@ -1,7 +1,7 @@
 //! From the command line to a running sandbox: load the policy, plan the layout, pick the
 //! identity and the seccomp filter, then hand over to the supervisor.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use seccompiler::BpfProgram;
@@ -16,7 +16,7 @@ use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
 use crate::proxy::events::EventSink;
 use crate::status::StatusSink;
-use crate::{environment, limits, proxy, supervisor, users};
+use crate::{environment, idmap, limits, proxy, supervisor, users};
 
 /// Everything decided before the clone.
 pub struct Prepared {
@@ -31,6 +31,9 @@ pub struct Prepared {
     pub unprotected_missing: Vec<PathBuf>,
     /// The proxy of `--network restricted`, started once the shim hands over its sockets.
     pub proxy: Option<proxy::Proxy>,
+    /// Started as root: the detached writable trees the shim attaches (see `idmap`), open
+    /// until the sandbox ends.
+    pub attached: Vec<std::os::fd::OwnedFd>,
 }
 
 fn policy_error(e: anyhow::Error) -> StepError {
@@ -78,11 +81,18 @@ pub fn load_policy(args: &SandboxArgs) -> Result<(Policy, PathBuf), StepError> {
     Ok((policy, cwd))
 }
 
+/// Who the sandbox runs as; started as root, also the user's name and home.
+struct RunAs {
+    identity: Identity,
+    user: String,
+    home: Option<String>,
+}
+
 fn identity(
     policy: &Policy,
     env: &mut [(String, String)],
     warnings: &mut Vec<String>,
-) -> Result<Identity, StepError> {
+) -> Result<RunAs, StepError> {
     // SAFETY: getuid/geteuid/getgid cannot fail.
     let (uid, euid, gid) = unsafe { (libc::getuid(), libc::geteuid(), libc::getgid()) };
     if euid != 0 {
@@ -91,10 +101,14 @@ fn identity(
                 "process.run_as_user={u} applies only when sandbox-launch starts as root; running as uid {uid}"
             ));
         }
-        return Ok(Identity {
-            uid,
-            gid,
-            switch_from_root: false,
+        return Ok(RunAs {
+            identity: Identity {
+                uid,
+                gid,
+                switch_from_root: false,
+            },
+            user: String::new(),
+            home: None,
         });
     }
     let user = policy.process.run_as_user.as_deref().unwrap_or("nobody");
@@ -114,17 +128,60 @@ fn identity(
         ));
     }
     for (k, v) in env.iter_mut() {
-        match k.as_str() {
-            "HOME" => *v = home.clone().unwrap_or_else(|| "/".into()),
-            "USER" | "LOGNAME" => *v = user.to_string(),
-            _ => {}
+        if k == "USER" || k == "LOGNAME" {
+            *v = user.to_string();
         }
     }
-    Ok(Identity {
-        uid: target_uid,
-        gid: target_gid,
-        switch_from_root: true,
+    Ok(RunAs {
+        identity: Identity {
+            uid: target_uid,
+            gid: target_gid,
+            switch_from_root: true,
+        },
+        user: user.to_string(),
+        home,
     })
+}
+
+/// Started as root: the writable trees the sandbox's user does not own are idmapped to it, it
+/// must be able to reach each of them and the working directory, and HOME is the caller's when
+/// that is writable inside (it is then the sandbox user's too), else the sandbox user's own.
+fn root_start(
+    run_as: &RunAs,
+    layout: &mut layout::Layout,
+    cwd: &Path,
+    env: &mut [(String, String)],
+    verbose: u8,
+) -> Result<Vec<std::os::fd::OwnedFd>, StepError> {
+    let attached = idmap::prepare(&layout.writable, run_as.identity, &run_as.user)?;
+    let mut reach = layout.writable.clone();
+    reach.push(cwd.to_path_buf());
+    idmap::check_reachable(&reach, &attached.attach, run_as.identity, &run_as.user)?;
+    layout.mounts.attach = attached.attach;
+    let caller_home = env
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| v.clone());
+    let writable_home = caller_home
+        .as_deref()
+        .and_then(|h| std::fs::canonicalize(h).ok())
+        .filter(|h| layout.writable.iter().any(|w| h.starts_with(w)));
+    let (home, whose) = match (&writable_home, &caller_home) {
+        (Some(_), Some(h)) => (h.clone(), "the caller's, writable in the sandbox"),
+        _ => (
+            run_as.home.clone().unwrap_or_else(|| "/".into()),
+            "the sandbox user's (the caller's is not writable in the sandbox)",
+        ),
+    };
+    if verbose > 0 {
+        eprintln!("sandbox-launch: HOME inside: {home} ({whose})");
+    }
+    for (k, v) in env.iter_mut() {
+        if k == "HOME" {
+            *v = home.clone();
+        }
+    }
+    Ok(attached.fds)
 }
 
 fn seccomp(policy: &Policy) -> Result<SeccompSpec, StepError> {
@@ -169,7 +226,8 @@ pub fn prepare(
         network,
         &mut warnings,
     );
-    let identity = identity(&policy, &mut env, &mut warnings)?;
+    let run_as = identity(&policy, &mut env, &mut warnings)?;
+    let identity = run_as.identity;
     let mut restricted_proxy = None;
     let mut trust_bundle = None;
     let mut resolver_conf = false;
@@ -226,6 +284,11 @@ pub fn prepare(
     }
     limits::size_tmpfs(&mut layout.mounts, limits::tmp_size(&policy.runtime.limits));
     warnings.extend(layout.warnings.iter().cloned());
+    let attached = if identity.switch_from_root {
+        root_start(&run_as, &mut layout, &cwd, &mut env, args.verbose)?
+    } else {
+        Vec::new()
+    };
     for p in &layout.unprotected_missing {
         if args.verbose > 0 {
             eprintln!(
@@ -276,6 +339,7 @@ pub fn prepare(
         unprotected_missing: layout.unprotected_missing,
         filter,
         proxy: restricted_proxy,
+        attached,
     })
 }
 

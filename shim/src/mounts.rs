@@ -12,7 +12,7 @@ use nix::errno::Errno;
 
 use crate::channel::{AtStep, Step, StepError};
 use crate::confinement;
-use crate::spec::{MountOp, MountPlan};
+use crate::spec::{Attach, MountOp, MountPlan};
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
 const STAGING: &str = "/tmp";
@@ -66,7 +66,7 @@ pub fn build(plan: &MountPlan) -> R<()> {
     mount_proc()?;
     mount_dev(plan.shm_size)?;
     for op in &plan.ops {
-        apply(op)?;
+        apply(op, &plan.attach)?;
     }
     if !plan.host_root {
         sys::mount(
@@ -226,10 +226,42 @@ fn mount_dev(shm_size: Option<u64>) -> R<()> {
     Ok(())
 }
 
-fn apply(op: &MountOp) -> R<()> {
+/// Where a bind's source is found: in an attached tree, the tree as attached (with its
+/// idmapping: the host's path may not even be reachable for the sandbox's user); else the
+/// host's.
+fn bind_source(source: &Path, attach: &[Attach]) -> PathBuf {
+    if attach.iter().any(|a| source.starts_with(&a.target)) {
+        in_newroot(source)
+    } else {
+        in_oldroot(source)
+    }
+}
+
+/// Put a tree the supervisor prepared at its target.
+fn attach_tree(tree: &Attach) -> R<()> {
+    let tgt = in_newroot(&tree.target);
+    ensure_mountpoint(&tgt, tree.dir)?;
+    sys::move_mount_to(tree.fd, &tgt).at_hint(
+        Step::Mounts,
+        "the kernel refused to attach a writable tree prepared for the sandbox's user; run `sandbox-launch doctor`",
+    )
+}
+
+fn apply(op: &MountOp, attach: &[Attach]) -> R<()> {
     match op {
+        MountOp::ReadWrite { source, target } if source == target => {
+            if let Some(tree) = attach.iter().find(|a| a.target == *target) {
+                return attach_tree(tree);
+            }
+            let src = bind_source(source, attach);
+            let tgt = in_newroot(target);
+            ensure_mountpoint(&tgt, src.is_dir())?;
+            bind(&src, &tgt, true)?;
+            sys::mount_setattr_recursive(&tgt, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                .at(Step::Mounts)
+        }
         MountOp::ReadOnly { source, target } => {
-            let src = in_oldroot(source);
+            let src = bind_source(source, attach);
             let tgt = in_newroot(target);
             ensure_mountpoint(&tgt, src.is_dir())?;
             bind(&src, &tgt, true)?;
@@ -240,7 +272,7 @@ fn apply(op: &MountOp) -> R<()> {
             .at(Step::Mounts)
         }
         MountOp::ReadWrite { source, target } => {
-            let src = in_oldroot(source);
+            let src = bind_source(source, attach);
             let tgt = in_newroot(target);
             ensure_mountpoint(&tgt, src.is_dir())?;
             bind(&src, &tgt, true)?;

@@ -38,12 +38,18 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     )
     .at(Step::Internal)?;
     init::block_signals();
-    close_stray_fds(sync, &spec.preserve_fds).at(Step::Internal)?;
+    let attached: Vec<RawFd> = spec.mounts.attach.iter().map(|a| a.fd).collect();
+    let keep: Vec<RawFd> = spec.preserve_fds.iter().chain(&attached).copied().collect();
+    close_stray_fds(sync, &keep).at(Step::Internal)?;
     let mut warnings = Vec::new();
 
     set_hostname(&spec.hostname)?;
     let transparent = setup_network(sync, &spec)?;
     mounts::build(&spec.mounts)?;
+    for fd in attached {
+        // SAFETY: the trees' descriptors, used by the mounts and no longer needed.
+        unsafe { libc::close(fd) };
+    }
     sys::chdir(&spec.cwd).at_hint(
         Step::Mounts,
         "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",

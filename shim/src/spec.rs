@@ -81,6 +81,21 @@ pub struct MountPlan {
     /// The size of `/dev/shm` in bytes (`None`: the kernel's default, half the RAM).
     #[serde(default)]
     pub shm_size: Option<u64>,
+    /// Writable trees the supervisor prepared as detached mounts (idmapped to the sandbox's
+    /// user when started as root), inherited as descriptors across the clone: each is attached
+    /// in place of the `ReadWrite` bind of the same target, and binds of paths inside it are
+    /// taken from it.
+    #[serde(default)]
+    pub attach: Vec<Attach>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Attach {
+    pub target: PathBuf,
+    /// The detached tree (open_tree), open in the shim.
+    pub fd: i32,
+    /// The tree is a directory (else a file).
+    pub dir: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

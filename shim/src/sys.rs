@@ -116,6 +116,81 @@ pub fn mount_setattr_recursive(target: &Path, attr_set: u64) -> SysResult<()> {
     Ok(())
 }
 
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// A detached copy of the mount tree at `path` (open_tree with OPEN_TREE_CLONE, recursive),
+/// attached nowhere until `move_mount` puts it somewhere.
+pub fn open_tree_clone(path: &Path) -> SysResult<std::os::fd::OwnedFd> {
+    let p = cstr(path);
+    // SAFETY: a valid path string; the flags are plain integers.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as u32)
+                as libc::c_uint,
+        )
+    };
+    let fd = check(ret as libc::c_int, || {
+        format!("open_tree({path:?}, OPEN_TREE_CLONE|AT_RECURSIVE)")
+    })?;
+    // SAFETY: a fresh descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
+/// Idmap the detached tree `tree` (and every mount in it) through the user namespace
+/// `userns`, and set `attr_set` besides.
+pub fn mount_setattr_idmap(
+    tree: std::os::fd::BorrowedFd<'_>,
+    userns: std::os::fd::BorrowedFd<'_>,
+    attr_set: u64,
+) -> SysResult<()> {
+    use std::os::fd::AsRawFd;
+    let attr = MountAttr {
+        attr_set: attr_set | MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor; the struct is initialised.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check(ret as libc::c_int, || {
+        format!("mount_setattr(tree, AT_RECURSIVE, set=MOUNT_ATTR_IDMAP|{attr_set:#x})")
+    })?;
+    Ok(())
+}
+
+/// Attach the detached tree `fd` at `target`.
+pub fn move_mount_to(fd: libc::c_int, target: &Path) -> SysResult<()> {
+    let t = cstr(target);
+    // SAFETY: an empty source path with MOVE_MOUNT_F_EMPTY_PATH names the descriptor; the
+    // target is a valid path string.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH as libc::c_uint,
+        )
+    };
+    check(ret as libc::c_int, || {
+        format!("move_mount(tree, {target:?}, MOVE_MOUNT_F_EMPTY_PATH)")
+    })?;
+    Ok(())
+}
+
 pub fn pivot_root(new_root: &Path, put_old: &Path) -> SysResult<()> {
     let n = cstr(new_root);
     let o = cstr(put_old);

@@ -119,8 +119,7 @@ pub fn filesystem() -> Check {
             in_child(|| {
                 let plan = MountPlan {
                     host_root: true,
-                    ops: Vec::new(),
-                    shm_size: None,
+                    ..MountPlan::default()
                 };
                 shim::mounts::build(&plan).map_err(failure_text)
             })

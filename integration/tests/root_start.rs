@@ -1,0 +1,279 @@
+//! Started as root (a container's entrypoint), the sandbox runs as `nobody` (or
+//! `process.run_as_user`): the writable trees it does not own are idmapped to it, so it can
+//! write them while every file keeps its owner on the host; HOME is the caller's when that is
+//! writable, else the sandbox user's; what cannot be done is refused with the cause and the fix.
+//! Judged on the host: owners of the files written inside, `git log`/`git status` afterwards.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use integration::*;
+
+/// A directory under /var/tmp owned by root (TempDir hands its directories to the sandbox's
+/// user; these must stay root's, like a container's /work or the caller's /root).
+fn root_owned(tag: &str) -> TempDir {
+    let d = TempDir::new_in("/var/tmp", tag);
+    chown_tree(&d.path, 0);
+    d
+}
+
+fn chown_tree(p: &Path, id: u32) {
+    let s = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{id}:{id}"))
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(s.success());
+}
+
+/// Every path below `root` whose owner is not `uid`.
+fn not_owned_by(root: &Path, uid: u32) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        if meta.uid() != uid || meta.gid() != uid {
+            out.push(p.clone());
+        }
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+    }
+    out
+}
+
+fn git(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .output()
+        .unwrap()
+}
+
+fn repo_with_a_commit(dir: &Path) {
+    for args in [
+        &["init", "-q"][..],
+        &["config", "user.email", "t@example.test"],
+        &["config", "user.name", "t"],
+    ] {
+        assert!(git(dir, args).status.success());
+    }
+    std::fs::write(dir.join("f"), "one\n").unwrap();
+    assert!(git(dir, &["add", "f"]).status.success());
+    let out = git(dir, &["commit", "-q", "-m", "on the host"]);
+    assert!(out.status.success(), "{}", explain(&out));
+}
+
+const COMMIT_INSIDE: &str =
+    "echo two >> f && git add f && git commit -q -m inside && echo committed; \
+     echo planted > .git/hooks/pre-commit 2>/dev/null && echo HOOK-WRITTEN; true";
+
+#[test]
+fn git_commit_works_in_a_root_owned_repository_and_every_file_stays_roots() {
+    assert!(is_root(), "started-as-root tests need root");
+    let work = root_owned("root-repo");
+    repo_with_a_commit(&work.path);
+    let out = sh(
+        Caller::Invoker,
+        &work.path,
+        &["--network", "none"],
+        COMMIT_INSIDE,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert!(stdout(&out).contains("committed"), "{}", explain(&out));
+    assert!(!stdout(&out).contains("HOOK-WRITTEN"), "{}", explain(&out));
+    // On the host: the commit is there, the tree is clean, and nothing belongs to nobody.
+    let log = git(&work.path, &["log", "--format=%s"]);
+    assert_eq!(stdout(&log), "inside\non the host\n", "{}", explain(&log));
+    assert_eq!(stdout(&git(&work.path, &["status", "--porcelain"])), "");
+    let strays = not_owned_by(&work.path, 0);
+    assert!(strays.is_empty(), "not root's on the host: {strays:?}");
+    assert!(!work.join(".git/hooks/pre-commit").exists());
+}
+
+#[test]
+fn the_unprivileged_twin_commits_in_its_own_repository() {
+    // Made by the invoker (git on the host refuses a repository of another owner), then given
+    // to the sandbox's user.
+    let work = TempDir::new_in("/var/tmp", "own-repo");
+    if is_root() {
+        chown_tree(&work.path, 0);
+    }
+    repo_with_a_commit(&work.path);
+    work.give_to_sandbox_user(&work.path);
+    let out = sh(
+        Caller::Unprivileged,
+        &work.path,
+        &["--network", "none"],
+        COMMIT_INSIDE,
+    );
+    assert!(stdout(&out).contains("committed"), "{}", explain(&out));
+    assert!(!stdout(&out).contains("HOOK-WRITTEN"), "{}", explain(&out));
+    let owner = inside_uid(Caller::Unprivileged);
+    assert!(not_owned_by(&work.path, owner).is_empty());
+}
+
+#[test]
+fn home_is_the_callers_when_writable_and_else_the_sandbox_users() {
+    assert!(is_root(), "started-as-root tests need root");
+    let work = root_owned("root-home");
+    // The harness sets HOME to the working directory: writable, so it stays.
+    let out = sh(
+        Caller::Invoker,
+        &work.path,
+        &["-v", "--network", "none"],
+        "echo \"home=$HOME\"; echo hi > \"$HOME/note\"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert!(
+        stdout(&out).contains(&format!("home={}", work.path.display())),
+        "{}",
+        explain(&out)
+    );
+    assert!(stderr(&out).contains("HOME inside: ") && stderr(&out).contains("the caller's"));
+    assert_eq!(std::fs::metadata(work.join("note")).unwrap().uid(), 0);
+    // A HOME outside every writable tree: the sandbox user's own (nobody's, from /etc/passwd).
+    let out = command(
+        Caller::Invoker,
+        &work.path,
+        &[
+            "whole-process",
+            "-v",
+            "--network",
+            "none",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"home=$HOME\"",
+        ],
+    )
+    .env("HOME", "/root")
+    .output()
+    .unwrap();
+    let nobody_home = std::fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("nobody:")
+                .map(|r| r.split(':').nth(4).unwrap().to_string())
+        })
+        .unwrap();
+    assert!(
+        stdout(&out).contains(&format!("home={nobody_home}")),
+        "{}",
+        explain(&out)
+    );
+    assert!(
+        stderr(&out).contains("the sandbox user's"),
+        "{}",
+        explain(&out)
+    );
+}
+
+#[test]
+fn a_working_directory_the_sandbox_user_cannot_reach_is_refused_with_the_fix() {
+    assert!(is_root(), "started-as-root tests need root");
+    // Like /root (0700) with a project below it.
+    let home = root_owned("root-0700");
+    std::fs::set_permissions(
+        &home.path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let proj = home.join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let out = sh(
+        Caller::Invoker,
+        &proj,
+        &["--network", "none"],
+        "echo ran > marker",
+    );
+    assert_eq!(out.status.code(), Some(113), "{}", explain(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("cannot reach") && err.contains("0700") && err.contains("--allow-write"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!proj.join("marker").exists());
+    // The fix it names: the parent writable too (idmapped), and the project is reachable.
+    let out = sh(
+        Caller::Invoker,
+        &proj,
+        &[
+            "--network",
+            "none",
+            "--allow-write",
+            home.path.to_str().unwrap(),
+        ],
+        "echo ran > marker",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert_eq!(std::fs::metadata(proj.join("marker")).unwrap().uid(), 0);
+}
+
+#[test]
+fn each_step_of_an_idmapped_tree_fails_closed() {
+    assert!(is_root(), "started-as-root tests need root");
+    let work = root_owned("idmap-faults");
+    // AT_EMPTY_PATH|AT_RECURSIVE: only the idmapping call (the shim's own use AT_RECURSIVE|
+    // AT_SYMLINK_NOFOLLOW).
+    let idmap_flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE).to_string();
+    let einval = format!("mount_setattr:{idmap_flags}=EINVAL");
+    let eperm = format!("mount_setattr:{idmap_flags}=EPERM");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--errno-if-arg2", &einval], "cannot be idmapped"),
+        (&["--errno-if-arg2", &eperm], "CAP_SYS_ADMIN"),
+        (&["--errno", "open_tree=EPERM"], "open_tree"),
+        (&["--errno", "move_mount=EPERM"], "move_mount"),
+        // The mapping's user namespace is the first one made; the sandbox's own comes after.
+        (
+            &[
+                "--deny-clone-flags",
+                "0x10000000=EPERM",
+                "--errno",
+                "clone3=ENOSYS",
+            ],
+            "clone",
+        ),
+    ];
+    let launcher = launcher().to_str().unwrap().to_string();
+    for (faults, why) in cases {
+        let mut args: Vec<&str> = faults.to_vec();
+        args.extend_from_slice(&[
+            "--",
+            &launcher,
+            "whole-process",
+            "--network",
+            "none",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo ran > marker",
+        ]);
+        let out = command_with(fault_inject(), Caller::Invoker, &work.path, &args)
+            .output()
+            .unwrap();
+        assert!(
+            matches!(out.status.code(), Some(112) | Some(113)),
+            "{faults:?}: {}",
+            explain(&out)
+        );
+        assert!(stderr(&out).contains(why), "{faults:?}: {}", explain(&out));
+        assert!(!work.join("marker").exists(), "{faults:?}: the target ran");
+    }
+    // The twin: no fault, it runs.
+    let out = sh(
+        Caller::Invoker,
+        &work.path,
+        &["--network", "none"],
+        "echo ran > marker",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert_eq!(std::fs::metadata(work.join("marker")).unwrap().uid(), 0);
+}

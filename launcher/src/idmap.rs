@@ -1,0 +1,224 @@
+//! Started as real root, the sandbox runs as `run_as_user`, and a writable tree owned by someone
+//! else (the caller's `/root`, a container's root-owned `/work`) would be silently unwritable for
+//! it. Each such tree is attached as an idmapped mount instead: inside, the tree's owner is the
+//! sandbox's user (so `git commit` works, and git sees a repository of its own); on the host,
+//! every file keeps its owner, new ones included.
+//!
+//! The kernel lets only the filesystem's owner (real root, for a host filesystem) idmap a
+//! mount, and only a detached one: so the launcher prepares each tree here, in the host's
+//! namespaces (open_tree with OPEN_TREE_CLONE, then mount_setattr with MOUNT_ATTR_IDMAP through
+//! a user namespace whose one mapping is owner → sandbox user), and the shim, which inherits
+//! the descriptors across the clone, moves them into place. Where that cannot be done, the
+//! launch is refused with the cause and the fix.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use shim::channel::{Step, StepError};
+use shim::spec::Attach;
+use shim::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID};
+
+use crate::namespaces::Identity;
+
+/// The prepared trees: what the shim attaches, and the descriptors, which stay open in the
+/// launcher until the shim has them.
+#[derive(Default)]
+pub struct Attached {
+    pub attach: Vec<Attach>,
+    pub fds: Vec<OwnedFd>,
+}
+
+/// Prepare every writable tree that the sandbox's user does not own.
+pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, StepError> {
+    let mut out = Attached::default();
+    let mut namespaces: Vec<((u32, u32), OwnedFd)> = Vec::new();
+    for tree in trees {
+        let meta = std::fs::metadata(tree)
+            .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
+        let owner = (meta.uid(), meta.gid());
+        if owner.0 == id.uid {
+            continue;
+        }
+        let refused = |what: String, errno: Errno| {
+            StepError::new(
+                Step::Mounts,
+                format!(
+                    "cannot make {} (owned by uid {}) writable for the sandbox's user {user} \
+                     (uid {}) while its files keep their owner: {what}",
+                    tree.display(),
+                    owner.0,
+                    id.uid
+                ),
+                Some(&fix(tree, errno, owner, id)),
+            )
+        };
+        let index = match namespaces.iter().position(|(o, _)| *o == owner) {
+            Some(i) => i,
+            None => {
+                let fd = mapping_namespace(owner, (id.uid, id.gid))
+                    .map_err(|e| refused(e.to_string(), e.errno))?;
+                namespaces.push((owner, fd));
+                namespaces.len() - 1
+            }
+        };
+        let userns = &namespaces[index].1;
+        let fd = sys::open_tree_clone(tree).map_err(|e| refused(e.to_string(), e.errno))?;
+        sys::mount_setattr_idmap(
+            fd.as_fd(),
+            userns.as_fd(),
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )
+        .map_err(|e| refused(e.to_string(), e.errno))?;
+        out.attach.push(Attach {
+            target: tree.clone(),
+            fd: fd.as_raw_fd(),
+            dir: meta.is_dir(),
+        });
+        out.fds.push(fd);
+    }
+    Ok(out)
+}
+
+fn fix(tree: &Path, errno: Errno, owner: (u32, u32), id: Identity) -> String {
+    let why = match errno {
+        Errno::ENOSYS => "this kernel has no idmapped mounts (Linux 5.12 or later has)",
+        Errno::EINVAL => {
+            "its filesystem cannot be idmapped (ext4, xfs, btrfs and tmpfs since Linux 6.3 can; \
+             overlayfs, a container's own root filesystem, cannot)"
+        }
+        Errno::EPERM => {
+            "idmapping a tree needs CAP_SYS_ADMIN over its filesystem: root on the host has it, a \
+             container's root only with --cap-add SYS_ADMIN, and under rootless podman never for \
+             a volume from the host"
+        }
+        _ => "the kernel refused",
+    };
+    let run_as_owner = if owner.0 == 0 {
+        String::new()
+    } else {
+        format!(
+            ", or set process.run_as_user/run_as_group to its owner ({}:{})",
+            owner.0, owner.1
+        )
+    };
+    format!(
+        "{why}; instead start sandbox-launch as the tree's owner rather than as root (a \
+         container: --user \"$(id -u):$(id -g)\" with the project mounted from the host; rootless \
+         podman: --userns=keep-id), or give the tree to the sandbox's user (chown -R {}:{} {}, \
+         in an image: COPY --chown or RUN chown){run_as_owner}",
+        id.uid,
+        id.gid,
+        tree.display(),
+    )
+}
+
+/// A user namespace whose only mapping is `from` (the ids on disk) → `to` (the sandbox's):
+/// made by a child cloned into it, kept by a descriptor once the child is gone.
+fn mapping_namespace(from: (u32, u32), to: (u32, u32)) -> Result<OwnedFd, sys::SysError> {
+    let failed = |call: &str| sys::SysError {
+        call: call.to_string(),
+        errno: Errno::last(),
+    };
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors.
+    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(failed("pipe2"));
+    }
+    // SAFETY: the descriptors are fresh and ours.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+    // SAFETY: a fork-like clone of this single-threaded process; the child only waits for the
+    // pipe to close and exits.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    } as libc::pid_t;
+    if pid < 0 {
+        return Err(failed("clone(CLONE_NEWUSER) for the id mapping"));
+    }
+    if pid == 0 {
+        drop(wr);
+        let mut b = [0u8; 1];
+        // SAFETY: read into a valid buffer; returns at EOF, when the parent is done.
+        unsafe {
+            libc::read(rd.as_raw_fd(), b.as_mut_ptr().cast(), 1);
+            libc::_exit(0)
+        }
+    }
+    drop(rd);
+    let result = (|| {
+        let write = |file: &str, content: String| {
+            std::fs::write(format!("/proc/{pid}/{file}"), content).map_err(|e| sys::SysError {
+                call: format!("write /proc/{pid}/{file}"),
+                errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            })
+        };
+        write("uid_map", format!("{} {} 1\n", from.0, to.0))?;
+        write("gid_map", format!("{} {} 1\n", from.1, to.1))?;
+        std::fs::File::open(format!("/proc/{pid}/ns/user"))
+            .map(OwnedFd::from)
+            .map_err(|e| sys::SysError {
+                call: format!("open /proc/{pid}/ns/user"),
+                errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            })
+    })();
+    drop(wr);
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    result
+}
+
+/// Every directory on the way to each writable tree and to the working directory must let the
+/// sandbox's user through (it has no supplementary groups), except inside a tree attached for it.
+pub fn check_reachable(
+    paths: &[PathBuf],
+    attached: &[Attach],
+    id: Identity,
+    user: &str,
+) -> Result<(), StepError> {
+    for path in paths {
+        for dir in path.ancestors().skip(1) {
+            if attached.iter().any(|a| dir.starts_with(&a.target)) {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(dir) else {
+                continue;
+            };
+            let bit = if meta.uid() == id.uid {
+                0o100
+            } else if meta.gid() == id.gid {
+                0o010
+            } else {
+                0o001
+            };
+            if meta.mode() & bit == 0 {
+                return Err(StepError::new(
+                    Step::Mounts,
+                    format!(
+                        "the sandbox runs as {user} (uid {}), which cannot reach {}: {} is mode \
+                         {:04o}, owned by uid {}",
+                        id.uid,
+                        path.display(),
+                        dir.display(),
+                        meta.mode() & 0o7777,
+                        meta.uid()
+                    ),
+                    Some(&format!(
+                        "work in a directory it can reach, let it through (chmod o+x {0}), or \
+                         make {0} writable too (--allow-write {0}: it is then mapped to the \
+                         sandbox's user, and its protected files stay read-only)",
+                        dir.display()
+                    )),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
