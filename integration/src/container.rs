@@ -45,9 +45,11 @@ fn build_image() {
     let ctx = PathBuf::from(CONTEXT);
     let _ = std::fs::remove_dir_all(&ctx);
     let rootfs = ctx.join("rootfs");
-    for dir in ["bin", "usr/local/bin", "work"] {
+    for dir in ["bin", "usr/local/bin"] {
         std::fs::create_dir_all(rootfs.join(dir)).expect("create the image's directories");
     }
+    // /work belongs to the sandbox's user (65534), as the README's Dockerfile makes it.
+    std::fs::create_dir_all(ctx.join("empty")).expect("create an empty directory");
     let tmp = rootfs.join("tmp");
     std::fs::create_dir_all(&tmp).expect("create /tmp of the image");
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).expect("chmod /tmp");
@@ -65,7 +67,8 @@ fn build_image() {
     copy_with_libraries(Path::new("/usr/bin/getent"), &rootfs);
     std::fs::write(
         ctx.join("Containerfile"),
-        "FROM scratch\nLABEL sandbox-launch-test=1\nCOPY rootfs/ /\nWORKDIR /work\n\
+        "FROM scratch\nLABEL sandbox-launch-test=1\nCOPY rootfs/ /\n\
+         COPY --chown=65534:65534 empty/ /work/\nWORKDIR /work\n\
          ENTRYPOINT [\"/usr/local/bin/sandbox-launch\"]\n",
     )
     .expect("write the Containerfile");

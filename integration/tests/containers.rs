@@ -29,6 +29,10 @@ fn with(a: &[&str], b: &[&str]) -> Vec<String> {
     a.iter().chain(b).map(|s| s.to_string()).collect()
 }
 
+fn with_str<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<&'a str> {
+    a.iter().chain(b).copied().collect()
+}
+
 fn run(opts: &[String], args: &[&str]) -> Output {
     let opts: Vec<&str> = opts.iter().map(String::as_str).collect();
     container::run(podman(), &opts, args)
@@ -162,6 +166,45 @@ fn the_recipe_runs_every_layer_writes_as_the_sandbox_user_and_doctor_agrees() {
 }
 
 #[test]
+fn a_root_owned_volume_is_idmapped_where_the_container_allows_it_else_refused_with_the_fix() {
+    assert!(is_root(), "the container tests need root");
+    let work = TempDir::new_in("/var/tmp", "podman-root-owned");
+    std::os::unix::fs::chown(&work.path, Some(0), Some(0)).unwrap();
+    let volume = format!("{}:/work", work.path.display());
+    let write = [
+        "whole-process",
+        "--",
+        "sh",
+        "-c",
+        "echo target-ran; echo inside > made",
+    ];
+    // Idmapping needs CAP_SYS_ADMIN over the volume's filesystem, which a container's root
+    // lacks: refused, naming the way out (run as the tree's owner).
+    let opts = with(&RECIPE, &["-v", &volume]);
+    let out = run(&opts, &write);
+    assert_eq!(out.status.code(), Some(113), "{}", explain(&out));
+    assert!(
+        stderr(&out).contains("CAP_SYS_ADMIN") && stderr(&out).contains("--user"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!work.join("made").exists());
+    let doc = run(&opts, &["doctor", "--json"]);
+    assert_eq!(
+        doctor_check(&doc, "launch")["status"],
+        "fail",
+        "{}",
+        explain(&doc)
+    );
+    // Given the capability, the volume is idmapped: written inside as nobody, root's on the host.
+    let opts = with(&RECIPE, &["-v", &volume, "--cap-add", "SYS_ADMIN"]);
+    let out = run(&opts, &write);
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    let meta = std::fs::metadata(work.join("made")).expect("the file written inside");
+    assert_eq!((meta.uid(), meta.gid()), (0, 0));
+}
+
+#[test]
 fn an_image_without_passwd_group_or_resolv_conf_resolves_through_the_stub() {
     assert!(is_root(), "the container tests need root");
     let out = run(
@@ -204,5 +247,33 @@ fn rootless_podman_refuses_by_default_and_runs_the_recipe_with_every_layer() {
     );
     assert_every_layer(&as_user(&RECIPE, TARGET));
     assert_doctor_says_yes(|args| as_user(&RECIPE, args));
+    // The project from the host: the container's root is the user, so the sandbox's nobody
+    // would need the tree idmapped, which a rootless container may not do: refused, naming
+    // --userns=keep-id, with which the sandbox runs as the user and writes as the user.
+    let project = user.home.join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::os::unix::fs::chown(&project, Some(user.uid), Some(user.uid)).unwrap();
+    let volume = format!("{}:/work", project.display());
+    let write = [
+        "whole-process",
+        "--",
+        "sh",
+        "-c",
+        "echo target-ran; echo inside > made",
+    ];
+    let out = as_user(&with_str(&RECIPE, &["-v", &volume]), &write);
+    assert_eq!(out.status.code(), Some(113), "{}", explain(&out));
+    assert!(
+        stderr(&out).contains("--userns=keep-id"),
+        "{}",
+        explain(&out)
+    );
+    let out = as_user(
+        &with_str(&RECIPE, &["-v", &volume, "--userns=keep-id"]),
+        &write,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    let meta = std::fs::metadata(project.join("made")).expect("the file written inside");
+    assert_eq!(meta.uid(), user.uid, "{}", explain(&out));
     drop(user);
 }
