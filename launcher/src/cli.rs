@@ -151,6 +151,12 @@ pub struct SandboxArgs {
     /// Give the program the launcher's whole environment, secrets included (warned).
     #[arg(long)]
     pub env_all: bool,
+    /// The program gets NAME (from the launcher's environment) only as a random placeholder;
+    /// the proxy puts the real value in place of it in requests to these hosts (headers, Basic
+    /// credentials, path, query; HTTPS is opened for them) and refuses requests that carry it
+    /// anywhere else (repeatable).
+    #[arg(long, value_name = "NAME=HOST[,HOST...]", value_parser = crate::policy::credentials::parse_flag)]
+    pub credential: Vec<(String, Vec<String>)>,
     /// Stop the program after DURATION (`90`, `90s`, `10m`, `1h30m`): SIGTERM, then everything
     /// inside is killed 2 s later; the exit code is 124, as with timeout(1).
     #[arg(long, value_name = "DURATION", value_parser = crate::limits::quantity::duration)]

@@ -10,6 +10,7 @@ use shim::channel::{Step, StepError};
 use shim::spec::{Compat, LandlockSpec, NetworkSpec, SandboxSpec, SeccompSpec};
 
 use crate::cli::{EgressArg, SandboxArgs};
+use crate::credentials::{self, Credentials};
 use crate::layout::{self, HostContext};
 use crate::namespaces::Identity;
 use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
@@ -34,6 +35,8 @@ pub struct Prepared {
     /// Started as root: the detached writable trees the shim attaches (see `idmap`), open
     /// until the sandbox ends.
     pub attached: Vec<std::os::fd::OwnedFd>,
+    /// The launcher holds credentials' real values: it turns non-dumpable after the clone.
+    pub holds_secrets: bool,
 }
 
 fn policy_error(e: anyhow::Error) -> StepError {
@@ -77,6 +80,7 @@ pub fn load_policy(args: &SandboxArgs) -> Result<(Policy, PathBuf), StepError> {
     r.tmp_size = args.tmp_size;
     r.rlimits = args.rlimit.clone();
     r.limits_compat = args.limits_compatibility.map(Into::into);
+    r.credentials = args.credential.clone();
     let policy = policy::load(&req).map_err(policy_error)?;
     Ok((policy, cwd))
 }
@@ -228,6 +232,18 @@ pub fn prepare(
     );
     let run_as = identity(&policy, &mut env, &mut warnings)?;
     let identity = run_as.identity;
+    let credentials = Credentials::from_policy(
+        &policy.runtime.credentials,
+        network,
+        |name| std::env::var_os(name),
+        &mut warnings,
+    )
+    .map_err(|e| StepError::new(Step::Policy, e, None))?
+    .map(Arc::new);
+    if credentials.is_some() {
+        credentials::keep_out_of_core_files()
+            .map_err(|e| StepError::new(Step::Internal, e, None))?;
+    }
     let mut restricted_proxy = None;
     let mut trust_bundle = None;
     let mut resolver_conf = false;
@@ -247,6 +263,7 @@ pub fn prepare(
                 &args.resolve,
                 events,
                 args.egress == EgressArg::Transparent,
+                credentials.clone(),
             )
             .map_err(policy_error)?;
             proxy::launch::set_env(&mut env);
@@ -283,6 +300,9 @@ pub fn prepare(
         warnings.extend(proxy::launch::bind_trust_bundle(&mut layout.mounts, bundle));
     }
     limits::size_tmpfs(&mut layout.mounts, limits::tmp_size(&policy.runtime.limits));
+    if let Some(c) = &credentials {
+        c.set_env(&mut env);
+    }
     warnings.extend(layout.warnings.iter().cloned());
     let attached = if identity.switch_from_root {
         root_start(&run_as, &mut layout, &cwd, &mut env, args.verbose)?
@@ -340,6 +360,7 @@ pub fn prepare(
         filter,
         proxy: restricted_proxy,
         attached,
+        holds_secrets: credentials.is_some(),
     })
 }
 
@@ -377,7 +398,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
     let limits = &prepared.policy.runtime.limits;
     let timeout = limits.timeout.as_ref().map(|t| t.value);
     let birth = match limits::make_cgroups(limits, &mut status, args.verbose) {
-        Ok(c) => limits::Birth::new(c),
+        Ok(c) => limits::Birth::new(c).holding_secrets(prepared.holds_secrets),
         Err(e) => return supervisor::fail(&mut status, &e),
     };
     let code = supervisor::run(supervisor::Launch {

@@ -149,6 +149,9 @@ pub fn finish_cgroups(c: cgroup::Cgroups, status: &mut StatusSink) {
 pub struct Birth {
     pub cgroups: Option<cgroup::Cgroups>,
     own_oom_score_adj: std::cell::RefCell<Option<String>>,
+    /// The launcher holds credentials: once the clone is done (the child needs its own /proc
+    /// files writable, which a non-dumpable parent's are not), it turns non-dumpable.
+    secrets: bool,
 }
 
 const OOM_FILE: &str = "/proc/self/oom_score_adj";
@@ -158,7 +161,13 @@ impl Birth {
         Birth {
             cgroups,
             own_oom_score_adj: std::cell::RefCell::new(None),
+            secrets: false,
         }
+    }
+
+    pub fn holding_secrets(mut self, secrets: bool) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     fn restore_oom_score(&self) -> Result<(), StepError> {
@@ -198,7 +207,12 @@ impl crate::supervisor::AroundClone for Birth {
                 ))
             })?;
         }
-        self.restore_oom_score()
+        self.restore_oom_score()?;
+        if self.secrets {
+            crate::credentials::protect_supervisor()
+                .map_err(|e| StepError::new(Step::Internal, e, None))?;
+        }
+        Ok(())
     }
 
     fn wait_for_init(&self) -> bool {

@@ -15,6 +15,7 @@
 //! Deny always beats allow: denies from every source are kept, and the layout planner and the
 //! proxy give them precedence over allows.
 pub mod agent_settings;
+pub mod credentials;
 mod describe;
 mod document;
 mod fragment;

@@ -107,6 +107,8 @@ pub struct LimitsPolicy {
 pub struct Runtime {
     pub env: EnvPolicy,
     pub limits: LimitsPolicy,
+    /// See `policy::credentials`.
+    pub credentials: Vec<Sourced<super::credentials::CredentialSpec>>,
 }
 
 /// What one source says.
@@ -122,11 +124,16 @@ pub struct RuntimeFragment {
     pub tmp_size: Option<u64>,
     pub rlimits: Vec<(String, rlimit::Value)>,
     pub limits_compat: Option<LimitsCompat>,
+    /// NAME and the hosts its value may go to (see `policy::credentials`).
+    pub credentials: Vec<(String, Vec<String>)>,
 }
 
 impl RuntimeFragment {
     fn grants(&self) -> usize {
-        self.env_pass.len() + self.env_set.len() + usize::from(self.env_all)
+        self.env_pass.len()
+            + self.env_set.len()
+            + usize::from(self.env_all)
+            + self.credentials.len()
     }
 }
 
@@ -152,6 +159,9 @@ pub fn read(
     }
     if let Some(v) = given(map, "limits") {
         read_limits(doc, v, &at.key("limits"), style, frag)?;
+    }
+    if let Some(v) = given(map, "credentials") {
+        frag.credentials = super::credentials::read(doc, v, &at.key("credentials"))?;
     }
     Ok(())
 }
@@ -291,7 +301,7 @@ pub fn merge(layers: &[Layer], p: &mut Policy) -> Result<()> {
         if let Role::Narrowing { hint } = &l.role {
             if f.grants() > 0 {
                 p.warnings.push(format!(
-                    "{}: {} environment grant(s) ignored: the project is not trusted, so its policy may only narrow; {hint}",
+                    "{}: {} environment or credential grant(s) ignored: the project is not trusted, so its policy may only narrow; {hint}",
                     describe_source(src),
                     f.grants()
                 ));
@@ -323,6 +333,7 @@ pub fn merge(layers: &[Layer], p: &mut Policy) -> Result<()> {
             rt.env.all = Some(src.clone());
         }
     }
+    super::credentials::merge(layers, p);
     let compat = decide(
         layers,
         "limits.compatibility",
@@ -367,6 +378,7 @@ pub fn show_compat(c: LimitsCompat) -> &'static str {
 
 /// The sections in words, for `sandbox-launch check`.
 pub fn describe(out: &mut String, rt: &Runtime) {
+    super::credentials::describe(out, &rt.credentials);
     let env = &rt.env;
     match &env.all {
         Some(src) => {
@@ -620,7 +632,7 @@ mod tests {
         assert!(
             p.warnings
                 .iter()
-                .any(|w| w.contains("2 environment grant(s) ignored")),
+                .any(|w| w.contains("2 environment or credential grant(s) ignored")),
             "{:?}",
             p.warnings
         );

@@ -59,7 +59,12 @@ pub async fn connect(
         };
         let client = parts.io.into_inner();
         let early = parts.read_buf.to_vec();
-        if let (Some(inspector), false) = (&proxy.inspector, decision.rest_rules.is_empty()) {
+        let credentials = proxy
+            .credentials
+            .as_ref()
+            .is_some_and(|c| c.wanted_by(&host, port));
+        let opened = !decision.rest_rules.is_empty() || credentials;
+        if let (Some(inspector), true) = (&proxy.inspector, opened) {
             // Each request must be checked; the client waits for our 200 before it speaks, so
             // nothing should be buffered yet (if it is, the client did not wait: refuse).
             if early.is_empty() {

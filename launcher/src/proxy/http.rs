@@ -73,7 +73,7 @@ async fn forward(
     proxy: &Proxy,
     binary: Option<Program>,
     kept: &Upstream,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Response<Body> {
     let uri = req.uri().clone();
     match uri.scheme_str() {
@@ -98,6 +98,11 @@ async fn forward(
         Err(e) => return bad_request(&format!("{e:#}")),
     };
     let port = authority.port_u16().unwrap_or(80);
+    if let Some(refused) = crate::credentials::rewrite::guard(proxy, &host, port, &mut req, "http")
+    {
+        return refused;
+    }
+    let uri = req.uri().clone();
     let path = uri.path().to_string();
     let method = req.method().as_str().to_string();
     let connection = proxy

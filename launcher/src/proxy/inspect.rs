@@ -208,6 +208,12 @@ async fn one_request(
     if !d.verdict.lets_through() {
         return super::answer::denied(&d);
     }
+    let (host, port) = (conn.host.clone(), conn.port);
+    if let Some(refused) =
+        crate::credentials::rewrite::guard(proxy, &host, port, &mut req, protocol)
+    {
+        return refused;
+    }
     let mut sender = sender.lock().await;
     if sender.ready().await.is_err() {
         return gateway_error(&conn.host);

@@ -158,13 +158,15 @@ pub fn prepare(
     resolve: &[String],
     events: Arc<EventSink>,
     transparent: bool,
+    credentials: Option<Arc<crate::credentials::Credentials>>,
 ) -> Result<Restricted> {
     let decider = Decider::from_policy(&with_command_line_domains(network, allow_domain))?;
     let overrides = resolve
         .iter()
         .map(|r| parse_override(r))
         .collect::<Result<Vec<_>>>()?;
-    let inspect = decider.needs_inspection();
+    // Credentials are put into HTTPS requests by opening them as inspection does.
+    let inspect = decider.needs_inspection() || credentials.is_some();
     let rule_ports = decider.connect_ports();
     let mut proxy = Proxy::new(decider, Resolver::system(overrides), events);
     let mut trust_bundle = None;
@@ -173,6 +175,7 @@ pub fn prepare(
         trust_bundle = Some(trust_bundle_with(&inspector.ca_pem()));
         proxy.inspector = Some(Arc::new(inspector));
     }
+    proxy.credentials = credentials;
     Ok(Restricted {
         proxy,
         listen_ports: LISTENERS.iter().map(|(_, port)| *port).collect(),
@@ -321,14 +324,15 @@ mod tests {
     #[test]
     fn a_bad_rule_or_pin_stops_the_launch() {
         let net = NetworkPolicy::default();
-        assert!(prepare(&net, &["*.com".into()], &[], Arc::default(), true).is_err());
-        assert!(prepare(&net, &[], &["nohost".into()], Arc::default(), true).is_err());
+        assert!(prepare(&net, &["*.com".into()], &[], Arc::default(), true, None).is_err());
+        assert!(prepare(&net, &[], &["nohost".into()], Arc::default(), true, None).is_err());
         let ok = prepare(
             &net,
             &["a.test".into()],
             &["a.test:127.0.0.1".into()],
             Arc::default(),
             true,
+            None,
         )
         .unwrap();
         assert_eq!(ok.listen_ports, [3128, 1080]);

@@ -51,6 +51,8 @@ pub struct Proxy {
     pub identify: Option<Box<Identify>>,
     /// TLS inspection for `protocol: rest` endpoints reached through CONNECT.
     pub inspector: Option<Arc<inspect::Inspector>>,
+    /// Placeholders to swap for real values (`crate::credentials`).
+    pub credentials: Option<Arc<crate::credentials::Credentials>>,
     /// The DNS stub's answers (transparent egress).
     pub stand_ins: dns::StandIns,
     pub timeouts: Timeouts,
@@ -83,6 +85,7 @@ impl Proxy {
             events: events.into(),
             identify: None,
             inspector: None,
+            credentials: None,
             stand_ins: dns::StandIns::default(),
             timeouts: Timeouts::default(),
         }

@@ -35,6 +35,7 @@ const SANDBOX: Shape = Shape::Fields(&[
     Field::new("network", NETWORK),
     Field::new("environment", crate::policy::openshell::ENVIRONMENT),
     Field::new("limits", crate::policy::runtime::LIMITS_JSON),
+    Field::new("credentials", Shape::Named(&Shape::Value)),
     // What Claude Code's `sandbox` object adds (it drives sandbox-runtime with them).
     Field::value("excludedCommands"),
     Field::value("allowUnsandboxedCommands"),

@@ -149,7 +149,7 @@ pub fn credentials(
         if map.get(key).is_some_and(|v| !is_default(v)) {
             return Err(doc.error(
                 &at.key(key),
-                "not supported: credentials in environment variables are not masked or removed by sandbox-launch; unset them before launching",
+                "not supported in this format: the launcher's variables stay out of the sandbox unless passed (--env), and a credential the program may use only through the proxy is `--credential NAME=HOST` (or `credentials` in the `sandbox` object of agent settings)",
             ));
         }
     }

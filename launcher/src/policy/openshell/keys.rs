@@ -15,6 +15,7 @@ pub static POLICY: Shape = Shape::Fields(&[
     Field::new("network_policies", Shape::Named(&NETWORK_RULE)),
     Field::new("environment", ENVIRONMENT),
     Field::new("limits", crate::policy::runtime::LIMITS_YAML),
+    Field::new("credentials", Shape::Named(&Shape::Value)),
     // OpenShell's request middlewares: known, refused (see `mod.rs`).
     Field::value("network_middlewares"),
 ]);
