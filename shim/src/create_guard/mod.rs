@@ -108,6 +108,9 @@ impl Handler {
         };
         if r < 0 {
             return match Errno::last() {
+                // Once every task that uses the filter is gone, RECV fails with ENOENT at once
+                // and the listener reports POLLHUP: stop, rather than spin until init exits.
+                Errno::ENOENT if self.no_target_left() => Err(Errno::ENOENT),
                 Errno::ENOENT | Errno::EINTR => Ok(()),
                 e => Err(e),
             };
@@ -125,6 +128,16 @@ impl Handler {
             }
         }
         answer(self.fd(), req.id, outcome)
+    }
+
+    fn no_target_left(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: poll of one valid pollfd, without waiting.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLHUP != 0 }
     }
 
     fn id_valid(&self, id: u64) -> bool {
