@@ -362,8 +362,8 @@ mkdir .vscode 2>/dev/null || echo vscode-refused
 echo '{}' > .mcp.json 2>/dev/null || echo mcp-refused
 mkdir .git && echo mkdir-git-ok
 echo '[core] fsmonitor = evil' > .git/config 2>/dev/null || echo gitconfig-refused
-mkdir .git/hooks 2>/dev/null || echo hooks-refused
-rmdir .git && echo 'gitdir: elsewhere' > .git 2>/dev/null || echo gitfile-refused
+mkdir .git/hooks && echo 'touch pwned' > .git/hooks/pre-commit 2>/dev/null || echo hooks-refused
+rm -rf .git && echo 'gitdir: elsewhere' > .git 2>/dev/null || echo gitfile-refused
 ln -s .claude link && echo symlink-named-link-ok
 mkdir link/x 2>/dev/null || echo through-symlink-refused
 mkdir d && echo x > d/f && mv d .idea 2>/dev/null || echo rename-refused
@@ -427,7 +427,7 @@ mkfifo ff && (cat ff > fifo-out.txt &) && echo through-fifo > ff && sleep 0.3 &&
                 "{caller:?}: {p} was created"
             );
         }
-        assert!(!work.join(".git/config").exists() && !work.join(".git/hooks").exists());
+        assert!(!work.join(".git/config").exists() && !work.join(".git/hooks/pre-commit").exists());
         // The allowed twins reached the host.
         assert_eq!(
             std::fs::read_to_string(work.join("moved.txt")).unwrap(),

@@ -30,59 +30,14 @@ pub struct Layout {
     pub verify_unwritable_dirs: Vec<PathBuf>,
     /// Reported to the user (stderr and the status).
     pub warnings: Vec<String>,
-    /// Protected paths that do not exist and so could not be made read-only.
+    /// Protected paths that do not exist and so could not be made read-only (the create guard
+    /// keeps them from appearing; the launcher looks again when the sandbox ends).
     pub unprotected_missing: Vec<PathBuf>,
+    /// What the create guard enforces.
+    pub persist: shim::spec::PersistSpec,
     /// Writable roots, canonical (for messages and the status).
     pub writable: Vec<PathBuf>,
 }
-
-/// Inside a writable tree these stay read-only: they run code outside the sandbox later (git
-/// hooks, direnv, editor tasks, agent and sandbox configuration).
-const PROTECTED_IN_WRITABLE_ROOT: &[&str] = &[
-    ".git/hooks",
-    ".git/config",
-    ".envrc",
-    ".vscode",
-    ".idea",
-    ".devcontainer",
-    ".sandbox-launch",
-    ".factory",
-    ".claude",
-    ".mcp.json",
-];
-
-/// In the home directory (when it is writable): shell start-up files, credentials, editor, agent
-/// and session configuration.
-const PROTECTED_IN_HOME: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".zlogout",
-    ".config/fish",
-    ".ssh",
-    ".gnupg",
-    ".gitconfig",
-    ".config/git",
-    ".config/sandbox-launch",
-    ".config/autostart",
-    ".config/systemd",
-    ".config/nvim",
-    ".config/Code",
-    ".vimrc",
-    ".emacs",
-    ".emacs.d",
-    ".factory",
-    ".claude",
-    ".local/bin",
-    ".npmrc",
-    ".pypirc",
-];
 
 /// Device files the sandbox may read, write and ioctl.
 const DEVICES: &[&str] = &[
@@ -380,6 +335,12 @@ impl Planner<'_> {
                 Err(_) => self.out.unprotected_missing.push(p),
             }
         }
+        read_only_binds.extend(crate::persistence::git_hooks_at_launch(&rw));
+        self.out.persist = shim::spec::PersistSpec {
+            roots: rw.iter().filter(|p| !skip_special(p)).cloned().collect(),
+            rules: crate::persistence::table_rules(self.ctx.home.as_deref()),
+            overrides: Vec::new(),
+        };
         let mut ro_binds: Vec<PathBuf> = read_only_binds.into_iter().collect();
         ro_binds.sort_by_key(|p| depth(p));
         // Pin every directory between a writable root and a read-only path with a bind of
@@ -466,30 +427,7 @@ impl Planner<'_> {
     }
 
     fn protected_candidates(&self, rw: &[PathBuf]) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for w in rw {
-            for rel in PROTECTED_IN_WRITABLE_ROOT {
-                if rel.starts_with(".git/") && w.join(".git").is_file() {
-                    continue; // a gitlink file: protected itself, below
-                }
-                out.push(w.join(rel));
-            }
-            let dotgit = w.join(".git");
-            if dotgit.is_file() {
-                out.push(dotgit);
-            }
-        }
-        if let Some(home) = &self.ctx.home {
-            for rel in PROTECTED_IN_HOME {
-                let p = home.join(rel);
-                if within_any(&p, rw) {
-                    out.push(p);
-                }
-            }
-        }
-        out.sort();
-        out.dedup();
-        out
+        crate::persistence::named_at_launch(rw, self.ctx.home.as_deref())
     }
 
     fn emit_landlock(&mut self, rw: &[PathBuf], tmp: bool) {

@@ -11,6 +11,7 @@ pub mod layout;
 pub mod limits;
 pub mod login;
 pub mod namespaces;
+pub mod persistence;
 pub mod policy;
 pub mod proxy;
 pub mod sandbox;

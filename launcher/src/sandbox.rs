@@ -339,7 +339,7 @@ pub fn prepare(
         preserve_fds: args.preserve_fd.clone(),
         verify_unreadable: layout.verify_unreadable,
         verify_unwritable_dirs: layout.verify_unwritable_dirs,
-        guard_create: layout.unprotected_missing.clone(),
+        persist: layout.persist.clone(),
         probe_only: false,
         limits: limits::process_limits(&policy.runtime.limits)?,
     };

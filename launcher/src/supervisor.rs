@@ -160,6 +160,8 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
         };
         match msg {
+            // Only the guard sends these, once the program runs.
+            (FromShim::Refused { .. }, _) => {}
             (FromShim::Warning { text }, _) => {
                 eprintln!("sandbox-launch: warning: {text}");
                 launch
@@ -204,7 +206,29 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
         }
     }
-    let (mut code, timed_out) = forward_until_exit(&shim_proc, &signals, on_demand, launch.timeout);
+    let verbose = launch.verbose;
+    let status = &mut *launch.status;
+    let mut refused = 0usize;
+    let mut on_refused = |path: String, op: String, surface: String| {
+        refused += 1;
+        if verbose > 0 {
+            eprintln!("sandbox-launch: refused: {op} {path}: {surface}");
+        }
+        status.emit(json!({"status": "refused", "path": path, "op": op, "surface": surface}));
+    };
+    let (mut code, timed_out) = forward_until_exit(
+        &shim_proc,
+        &signals,
+        on_demand,
+        launch.timeout,
+        &mut on_refused,
+    );
+    if refused > 0 && verbose == 0 {
+        eprintln!(
+            "sandbox-launch: {refused} write(s) to paths that would run code outside the sandbox \
+             were refused (-v lists them)"
+        );
+    }
     if timed_out {
         let after = crate::limits::quantity::show_duration(launch.timeout.unwrap_or_default());
         eprintln!("sandbox-launch: the program ran out of time (--timeout {after}) and was stopped, with everything it started");
@@ -289,6 +313,7 @@ fn forward_until_exit(
     signals: &OwnedFd,
     mut pending: Option<OnDemand>,
     timeout: Option<Duration>,
+    on_refused: &mut dyn FnMut(String, String, String),
 ) -> (i32, bool) {
     let pid = shim.pid;
     let mut deadline = timeout.map(|t| Instant::now() + t);
@@ -339,6 +364,10 @@ fn forward_until_exit(
         if fds[1].revents != 0 {
             let code = match channel::recv::<FromShim>(shim.sync.as_raw_fd()) {
                 Ok(Some((FromShim::Exited { code }, _))) => code,
+                Ok(Some((FromShim::Refused { path, op, surface }, _))) => {
+                    on_refused(path, op, surface);
+                    continue;
+                }
                 // Gone without a word (killed): its own status says how.
                 _ => wait_exit(pid),
             };

@@ -26,6 +26,13 @@ pub enum FromShim {
     Verified { facts: serde_json::Value },
     /// The target was executed successfully; its pid as seen inside.
     Started { pid: i32 },
+    /// The create guard refused to let the program write `path` (`op`: create, write, rename,
+    /// bind...) because it is a persistence surface: `surface` says which.
+    Refused {
+        path: String,
+        op: String,
+        surface: String,
+    },
     /// A setup step failed; the target never ran.
     Failed(Failure),
     /// The target exited with `code` (128+N for a signal) and nothing else runs inside: the
@@ -167,6 +174,23 @@ impl StepError {
 }
 
 /// Send one message, with `fds` attached.
+/// Send `msg` without waiting: `false` when the socket's buffer is full (the message is
+/// dropped) or the other side is gone.
+pub fn try_send<T: Serialize>(sock: RawFd, msg: &T) -> bool {
+    let Ok(bytes) = serde_json::to_vec(msg) else {
+        return false;
+    };
+    let iov = [IoSlice::new(&bytes)];
+    sendmsg::<()>(
+        sock,
+        &iov,
+        &[],
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+        None,
+    )
+    .is_ok()
+}
+
 pub fn send<T: Serialize>(sock: RawFd, msg: &T, fds: &[RawFd]) -> Result<()> {
     let bytes = serde_json::to_vec(msg).context("encode message")?;
     if bytes.len() > MAX_MESSAGE {

@@ -54,7 +54,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         Step::Mounts,
         "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
     )?;
-    let guarded = !spec.guard_create.is_empty();
+    let guarded = !spec.persist.is_empty();
     identity::drop_privileges(core_hard_limit(&spec), guarded)?;
     let landlock = landlock::restrict(&spec.landlock, &mut warnings)?;
 
@@ -140,7 +140,11 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
 
     let (pid, listener) = forked.start()?;
     if let (Some(t), Some(l)) = (guard_thread, listener) {
-        t.serve(l, spec.guard_create.clone());
+        // Refusals go to the supervisor on a copy of the sync socket.
+        // SAFETY: `sync` stays open for init's whole life.
+        let sync_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(sync) };
+        let events = sync_fd.try_clone_to_owned().ok();
+        t.serve(l, spec.persist.clone(), events);
     }
     send(sync, &FromShim::Started { pid })?;
     // The target has its working directory; init's own is `/` from now on (a path through

@@ -27,9 +27,9 @@ pub struct SandboxSpec {
     pub verify_unreadable: Vec<PathBuf>,
     /// Paths that must not be writable (verified before exec): a probe creates a file below each.
     pub verify_unwritable_dirs: Vec<PathBuf>,
-    /// Protected paths that do not exist: nothing may be created there (see `create_guard`).
+    /// What the create guard protects (see `create_guard::rules`).
     #[serde(default)]
-    pub guard_create: Vec<PathBuf>,
+    pub persist: PersistSpec,
     /// Build and verify every layer, then end without starting anything (`doctor`'s launch).
     #[serde(default)]
     pub probe_only: bool,
@@ -68,6 +68,39 @@ pub struct Rlimit {
     pub resource: u32,
     pub soft: u64,
     pub hard: u64,
+}
+
+/// The persistence model the create guard enforces: inside the writable trees backed by the
+/// host, nothing may be written where it would run on the host later.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct PersistSpec {
+    /// Writable trees backed by the host (canonical): the rules apply inside them.
+    pub roots: Vec<PathBuf>,
+    /// Protected paths.
+    pub rules: Vec<ProtectRule>,
+    /// Explicit `--allow-write` of a protected path (or of a path inside one): no rule applies
+    /// at or below these.
+    pub overrides: Vec<PathBuf>,
+}
+
+impl PersistSpec {
+    /// Whether there is anything to guard.
+    pub fn is_empty(&self) -> bool {
+        self.roots.is_empty() && self.rules.is_empty()
+    }
+}
+
+/// One protected path or family of paths.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProtectRule {
+    /// `None`: matched at any depth (in every writable tree, below it and at it); `Some(dir)`:
+    /// relative to `dir`.
+    pub anchor: Option<PathBuf>,
+    /// `/`-separated components, each a glob (`*`, `?`); a last component `**` also matches
+    /// everything below. Empty: the anchor itself.
+    pub pattern: String,
+    /// The surface it protects (said in refusals and by `check`).
+    pub surface: String,
 }
 
 /// The filesystem layout. Paths are absolute and as seen inside; `source` paths are host paths.

@@ -35,20 +35,21 @@ mod rules;
 mod target;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::mpsc;
 
 use nix::errno::Errno;
 use seccompiler::BpfProgram;
 
-use crate::channel::{Step, StepError};
+use crate::channel::{FromShim, Step, StepError};
+use crate::spec::PersistSpec;
 use answer::{answer, answer_fd_pinned, Answer, Pin};
 use decode::decode;
+use rules::Rules;
 use target::Targets;
 
 pub use filter::filter;
 pub use listener::{install_in_child, receive_listener, Listener};
-pub use rules::{allowed, Creates};
 
 const AT_FDCWD: i32 = libc::AT_FDCWD;
 
@@ -56,14 +57,16 @@ pub struct Handler {
     listener: OwnedFd,
     /// Taken notifications cannot be interrupted (see `install_in_child`).
     killable: bool,
-    pub(crate) guards: Vec<PathBuf>,
+    rules: Rules,
+    /// Where refusals are reported (the sync socket to the supervisor).
+    events: Option<OwnedFd>,
     targets: Targets,
     /// The id of the notification being served (for answers sent from another thread).
     current: std::cell::Cell<u64>,
 }
 
 impl Handler {
-    pub fn new(listener: Listener, guards: Vec<PathBuf>) -> Self {
+    pub fn new(listener: Listener, persist: &PersistSpec, events: Option<OwnedFd>) -> Self {
         let Listener {
             fd: listener,
             killable,
@@ -82,7 +85,8 @@ impl Handler {
         Handler {
             listener,
             killable,
-            guards,
+            rules: Rules::new(persist),
+            events,
             targets: Targets::default(),
             current: Default::default(),
         }
@@ -140,6 +144,19 @@ impl Handler {
         unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLHUP != 0 }
     }
 
+    /// A refusal, for the supervisor; dropped when its socket is full (a flood of refusals
+    /// must not stall the guard).
+    fn report(&self, path: &Path, op: &str, surface: String) {
+        if let Some(fd) = &self.events {
+            let msg = FromShim::Refused {
+                path: path.display().to_string(),
+                op: op.to_string(),
+                surface,
+            };
+            crate::channel::try_send(fd.as_raw_fd(), &msg);
+        }
+    }
+
     fn id_valid(&self, id: u64) -> bool {
         // SAFETY: ioctl with a pointer to a u64.
         unsafe { libc::ioctl(self.fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &id) == 0 }
@@ -175,7 +192,7 @@ impl Handler {
 /// changes nothing for init's main thread. Of the capabilities it keeps CAP_SYS_PTRACE in its
 /// permitted set (see `target`); the main thread drops it as soon as this thread runs.
 pub struct GuardThread {
-    handler: mpsc::Sender<(Listener, Vec<PathBuf>)>,
+    handler: mpsc::Sender<Serve>,
     tid: libc::pid_t,
 }
 
@@ -193,7 +210,7 @@ impl GuardThread {
             .chain(policy.iter().cloned())
             .collect();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<libc::pid_t, String>>();
-        let (handler_tx, handler_rx) = mpsc::channel::<(Listener, Vec<PathBuf>)>();
+        let (handler_tx, handler_rx) = mpsc::channel::<Serve>();
         let spawned = std::thread::Builder::new()
             .name("create-guard".into())
             .spawn(move || {
@@ -208,8 +225,13 @@ impl GuardThread {
                     return;
                 }
                 // The sender goes away without a listener when the target never started.
-                if let Ok((listener, guards)) = handler_rx.recv() {
-                    let h = Handler::new(listener, guards);
+                if let Ok(Serve {
+                    listener,
+                    persist,
+                    events,
+                }) = handler_rx.recv()
+                {
+                    let h = Handler::new(listener, &persist, events);
                     while h.handle_one().is_ok() {}
                 }
             });
@@ -236,10 +258,22 @@ impl GuardThread {
         self.tid
     }
 
-    /// Hand over the target's listener: from now on the thread answers its notifications.
-    pub fn serve(self, listener: Listener, guards: Vec<PathBuf>) {
-        let _ = self.handler.send((listener, guards));
+    /// Hand over the target's listener: from now on the thread answers its notifications,
+    /// by `persist`'s rules, reporting refusals on `events`.
+    pub fn serve(self, listener: Listener, persist: PersistSpec, events: Option<OwnedFd>) {
+        let _ = self.handler.send(Serve {
+            listener,
+            persist,
+            events,
+        });
     }
+}
+
+/// What the guard's thread needs to start answering.
+struct Serve {
+    listener: Listener,
+    persist: PersistSpec,
+    events: Option<OwnedFd>,
 }
 
 /// A working directory and umask apart from the rest of init; the directory is `/` (where a

@@ -6,8 +6,9 @@ use std::os::fd::AsRawFd;
 use nix::errno::Errno;
 
 use super::super::answer::{errno_of, Answer};
+use super::super::resolve::Place;
 use super::super::resolve::{object, object_of_fd, place};
-use super::super::rules::Op;
+use super::super::rules::{Op, Verdict};
 use super::super::target::Asker;
 use super::super::{Handler, AT_FDCWD};
 
@@ -116,9 +117,25 @@ impl Handler {
     ) -> Result<Answer, Errno> {
         let from = place(who, olddirfd, old)?;
         let to = place(who, newdirfd, new)?;
-        self.check(Op::RenameTo { path: &to.full })?;
+        let from_dir = is_dir(&from);
+        match self.rules.judge(Op::RenameTo {
+            path: &to.full,
+            dir: from_dir,
+        }) {
+            Verdict::Allow => {}
+            Verdict::ValidateGitConfig if flags == 0 => {
+                return self.replace_git_config(&from, &to);
+            }
+            Verdict::ValidateGitConfig => {
+                return Err(self.refuse_rename(&to, "a git config (only renamed into place)"));
+            }
+            Verdict::Refuse(why) => return Err(self.refuse_rename(&to, &why)),
+        }
         if flags & libc::RENAME_EXCHANGE != 0 {
-            self.check(Op::RenameTo { path: &from.full })?;
+            self.check(Op::RenameTo {
+                path: &from.full,
+                dir: is_dir(&to),
+            })?;
         }
         // SAFETY: NUL-terminated names and valid descriptors.
         errno_of(unsafe {
@@ -132,4 +149,27 @@ impl Handler {
             ) as libc::c_int
         })
     }
+}
+
+impl Handler {
+    fn refuse_rename(&self, to: &Place, why: &str) -> Errno {
+        self.report(&to.full, "rename onto", why.to_string());
+        Errno::EPERM
+    }
+}
+
+/// Whether the entry at `place` is a directory (not following a final symlink).
+fn is_dir(place: &Place) -> bool {
+    // SAFETY: stat is plain data; fstatat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor, a NUL-terminated name and a pointer to a stat.
+    let r = unsafe {
+        libc::fstatat(
+            place.dir.as_raw_fd(),
+            place.name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
 }

@@ -3,6 +3,7 @@
 //! rename), `socket` (bind).
 
 mod entries;
+mod gitconfig;
 mod open;
 mod socket;
 
@@ -12,30 +13,30 @@ use nix::errno::Errno;
 
 use super::answer::Answer;
 use super::decode::Request;
-use super::rules::{allowed, Creates, Op};
+use super::rules::{Op, Verdict};
 use super::Handler;
 
 impl Handler {
-    /// Whether the rules allow `op`; EPERM if not.
+    /// Whether the rules allow `op`: EPERM (and a report) if not. A git `config` renamed into
+    /// place is the rename's to handle; anywhere else that answer is a refusal.
     fn check(&self, op: Op<'_>) -> Result<(), Errno> {
-        let ok = match op {
-            Op::Create { path, dir } => allowed(
-                &self.guards,
-                path,
-                if dir {
-                    Creates::Directory
-                } else {
-                    Creates::NonDirectory
-                },
-            ),
-            Op::RenameTo { path } => allowed(&self.guards, path, Creates::Renamed),
-            Op::Write { path } => allowed(&self.guards, path, Creates::NonDirectory),
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(Errno::EPERM)
+        match self.rules.judge(op) {
+            Verdict::Allow => Ok(()),
+            Verdict::Refuse(surface) => Err(self.refuse(op, surface)),
+            Verdict::ValidateGitConfig => Err(self.refuse(op, "a git config".into())),
         }
+    }
+
+    /// Tell the supervisor (it counts refusals and prints them with -v) and answer EPERM.
+    fn refuse(&self, op: Op<'_>, surface: String) -> Errno {
+        let (path, what) = match op {
+            Op::Create { path, dir: true } => (path, "create a directory"),
+            Op::Create { path, dir: false } => (path, "create"),
+            Op::RenameTo { path, .. } => (path, "rename onto"),
+            Op::Write { path } => (path, "write"),
+        };
+        self.report(path, what, surface);
+        Errno::EPERM
     }
 
     pub(super) fn perform(&self, tid: libc::pid_t, r: Request) -> Result<Answer, Errno> {

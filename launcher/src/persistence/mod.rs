@@ -1,0 +1,125 @@
+//! The persistence model on the launcher's side: from the table of surfaces (`table`) to what
+//! the sandbox enforces — the create guard's rules (in the spec) and, for what exists at launch,
+//! read-only binds as a second, kernel-enforced layer.
+
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use shim::spec::ProtectRule;
+use table::{Scope, SURFACES};
+
+/// Each root's `.git/hooks` that exists at launch: bound read-only as a second layer under the
+/// guard's git rules (a hooks directory holding only samples may appear later; it is no
+/// surface by itself).
+pub fn git_hooks_at_launch(roots: &[PathBuf]) -> Vec<PathBuf> {
+    roots
+        .iter()
+        .map(|r| r.join(".git/hooks"))
+        .filter(|h| {
+            h.parent()
+                .is_some_and(|g| std::fs::symlink_metadata(g).is_ok_and(|m| m.is_dir()))
+                && std::fs::symlink_metadata(h).is_ok_and(|m| m.is_dir())
+        })
+        .collect()
+}
+
+/// The guard's rules for the table: `Anywhere` patterns at any depth, `Home` ones anchored at
+/// the home directory. (Git directories are the guard's own rules.)
+pub fn table_rules(home: Option<&Path>) -> Vec<ProtectRule> {
+    let mut out = Vec::new();
+    for s in SURFACES {
+        let anchor = match (s.scope, home) {
+            (Scope::Anywhere, _) => None,
+            (Scope::Home, Some(h)) => Some(h.to_path_buf()),
+            (Scope::Home, None) | (Scope::GitDir, _) => continue,
+        };
+        for p in s.patterns {
+            out.push(ProtectRule {
+                anchor: anchor.clone(),
+                pattern: p.to_string(),
+                surface: format!("{}: runs on {}", s.what, s.runs),
+            });
+        }
+    }
+    out
+}
+
+/// A pattern's path when it names one path (no globs), without a last `**`.
+fn literal(pattern: &str) -> Option<&str> {
+    let p = pattern.strip_suffix("/**").unwrap_or(pattern);
+    (!p.contains(['*', '?'])).then_some(p)
+}
+
+/// The protected paths that can be named at launch without walking a tree: the table's
+/// literal patterns at the top of each writable root and in the home directory (where a root
+/// covers it), and each root's `.git` file (a gitlink). Whether each exists is for the caller
+/// to see.
+pub fn named_at_launch(roots: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for root in roots {
+        for s in SURFACES.iter().filter(|s| s.scope == Scope::Anywhere) {
+            out.extend(
+                s.patterns
+                    .iter()
+                    .filter_map(|p| literal(p))
+                    .map(|p| root.join(p)),
+            );
+        }
+        let dotgit = root.join(".git");
+        if dotgit.is_file() {
+            out.push(dotgit);
+        }
+    }
+    if let Some(home) = home {
+        for s in SURFACES.iter().filter(|s| s.scope == Scope::Home) {
+            for p in s.patterns.iter().filter_map(|p| literal(p)) {
+                let path = home.join(p);
+                if roots.iter().any(|r| path.starts_with(r)) {
+                    out.push(path);
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_patterns_are_named_at_the_top_of_each_root_and_in_a_covered_home() {
+        let roots = vec![PathBuf::from("/w"), PathBuf::from("/home/u")];
+        let named = named_at_launch(&roots, Some(Path::new("/home/u")));
+        for p in [
+            "/w/.envrc",
+            "/w/.vscode",
+            "/w/.claude/commands",
+            "/w/.mcp.json",
+            "/home/u/.bashrc",
+            "/home/u/.ssh",
+        ] {
+            assert!(named.contains(&PathBuf::from(p)), "{p}");
+        }
+        // Globs are the guard's alone.
+        assert!(!named.iter().any(|p| p.to_string_lossy().contains('*')));
+        let elsewhere = named_at_launch(&[PathBuf::from("/w")], Some(Path::new("/home/u")));
+        assert!(!elsewhere.contains(&PathBuf::from("/home/u/.bashrc")));
+    }
+
+    #[test]
+    fn home_rules_are_anchored_and_the_others_match_anywhere() {
+        let rules = table_rules(Some(Path::new("/home/u")));
+        assert!(rules
+            .iter()
+            .any(|r| r.pattern == ".bashrc" && r.anchor.as_deref() == Some(Path::new("/home/u"))));
+        assert!(rules
+            .iter()
+            .any(|r| r.pattern == ".envrc" && r.anchor.is_none()));
+        assert!(!rules.iter().any(|r| r.pattern == "hooks/*"));
+        assert!(!table_rules(None).iter().any(|r| r.pattern == ".bashrc"));
+    }
+}
