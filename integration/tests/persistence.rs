@@ -312,3 +312,284 @@ mkdir -p .codex/sessions && echo s > .codex/sessions/s.jsonl && echo ok:codex-se
         assert!(work.join(".codex/sessions/s.jsonl").exists());
     }
 }
+
+/// A directory `parent` on the host holding a repository `parent/proj` with protected files
+/// existing at launch: `.envrc`, `.vscode/tasks.json`, `.git/hooks`.
+fn project_in_a_parent(tag: &str) -> (TempDir, PathBuf) {
+    let parent = TempDir::new_in("/var/tmp", tag);
+    let proj = parent.join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    host_git_ok(&proj, &["init", "-q", "-b", "main"]);
+    host_git_ok(&proj, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    std::fs::write(proj.join(".envrc"), "export SAFE=1\n").unwrap();
+    std::fs::create_dir_all(proj.join(".vscode")).unwrap();
+    std::fs::write(proj.join(".vscode/tasks.json"), "{}\n").unwrap();
+    parent.give_to_sandbox_user(&parent.path);
+    (parent, proj)
+}
+
+/// What the host runs afterwards in `proj`: git, direnv's sourcing of `.envrc`.
+fn host_runs(proj: &Path) {
+    run_git_as_the_host_would(integration::Caller::Invoker, proj, &["."]);
+    let _ = Command::new("sh")
+        .args(["-c", ". ./.envrc"])
+        .current_dir(proj)
+        .output();
+}
+
+const PLANT_IN_PROJECT: &str = r##"
+try envrc-append sh -c "echo 'touch $M-envrc' >> .envrc"
+try envrc-replace sh -c "rm -f .envrc; echo 'touch $M-envrc' > .envrc"
+try vscode-task sh -c "echo '{\"tasks\":[\"touch $M-vscode\"]}' > .vscode/tasks.json"
+try hook sh -c 'printf "%s\n" "$hook" > .git/hooks/pre-commit'
+try fsmonitor git config core.fsmonitor "touch $M-fsmonitor"
+try swap-git sh -c 'mv .git .git-moved && mkdir -p .git/hooks'
+"##;
+
+#[test]
+fn a_writable_parent_keeps_every_protection_of_the_working_directory_inside_it() {
+    // `--allow-write` of the project's parent (a writable ~ or ~/src) used to drop every
+    // protection of the working directory inside it.
+    for caller in CALLERS {
+        let (parent, proj) = project_in_a_parent("parent");
+        let parent_path = parent.path.to_str().unwrap().to_string();
+        let script = format!(
+            "{PRELUDE}{PLANT_IN_PROJECT}
+echo ok > ../beside.txt && echo ok:beside
+echo ok > file && git add file && git commit -qm inside && echo ok:commit
+"
+        );
+        let out = sh(caller, &proj, &["--allow-write", &parent_path], &script);
+        let text = stdout(&out);
+        assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            text.matches("refused:").count(),
+            6,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            text.matches("ok:").count(),
+            2,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        host_runs(&proj);
+        assert_eq!(markers(&parent.path), Vec::<PathBuf>::new(), "{caller:?}");
+        assert_eq!(
+            std::fs::read_to_string(proj.join(".envrc")).unwrap(),
+            "export SAFE=1\n"
+        );
+        assert!(parent.join("beside.txt").exists());
+        assert!(host_git_ok(&proj, &["log", "--format=%s"]).contains("inside"));
+    }
+}
+
+#[test]
+fn a_protected_path_that_is_a_symlink_protects_where_it_leads() {
+    // `.envrc -> ../dotfiles/envrc`, `.git/hooks -> ../hooks.real`, and (HOME is the working
+    // directory here) a stow-managed `.bashrc -> dotfiles/bashrc`: neither can the link be
+    // replaced nor what it points at be written, by the link's name or its own.
+    for caller in CALLERS {
+        let (parent, proj) = project_in_a_parent("symlinks");
+        std::fs::create_dir_all(parent.join("dotfiles")).unwrap();
+        std::fs::write(parent.join("dotfiles/envrc"), "export SAFE=1\n").unwrap();
+        std::fs::remove_file(proj.join(".envrc")).unwrap();
+        std::os::unix::fs::symlink("../dotfiles/envrc", proj.join(".envrc")).unwrap();
+        std::fs::create_dir_all(proj.join("hooks.real")).unwrap();
+        std::fs::remove_dir_all(proj.join(".git/hooks")).unwrap();
+        std::os::unix::fs::symlink("../hooks.real", proj.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(proj.join("dotfiles")).unwrap();
+        std::fs::write(proj.join("dotfiles/bashrc"), "# mine\n").unwrap();
+        std::os::unix::fs::symlink("dotfiles/bashrc", proj.join(".bashrc")).unwrap();
+        parent.give_to_sandbox_user(&parent.path);
+        let parent_path = parent.path.to_str().unwrap().to_string();
+        let script = format!(
+            r##"{PRELUDE}
+try through-link sh -c "echo 'touch $M-envrc' >> .envrc"
+try target-directly sh -c "echo 'touch $M-envrc' >> ../dotfiles/envrc"
+try replace-link sh -c "rm .envrc && echo 'touch $M-envrc' > .envrc"
+try relink sh -c "ln -sfn dotfiles/bashrc .envrc"
+try hooks-by-name sh -c 'printf "%s\n" "$hook" > .git/hooks/pre-commit'
+try hooks-by-target sh -c 'printf "%s\n" "$hook" > hooks.real/pre-commit'
+try bashrc-target sh -c "echo 'touch $M-bashrc' >> dotfiles/bashrc"
+try bashrc-link sh -c "echo 'touch $M-bashrc' >> .bashrc"
+echo fine > dotfiles/other && echo ok:twin
+"##
+        );
+        let out = sh(caller, &proj, &["--allow-write", &parent_path], &script);
+        let text = stdout(&out);
+        assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            text.matches("refused:").count(),
+            8,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("ok:twin"), "{caller:?}: {}", explain(&out));
+        host_runs(&proj);
+        let _ = Command::new("bash")
+            .args(["-i", "-c", "true"])
+            .env("HOME", &proj)
+            .stdin(std::process::Stdio::null())
+            .output();
+        assert_eq!(markers(&parent.path), Vec::<PathBuf>::new(), "{caller:?}");
+        // The link may be removed (removal is allowed), never replaced or written through.
+        if let Ok(target) = std::fs::read_link(proj.join(".envrc")) {
+            assert_eq!(target, Path::new("../dotfiles/envrc"));
+        } else {
+            assert!(std::fs::symlink_metadata(proj.join(".envrc")).is_err());
+        }
+        assert_eq!(
+            std::fs::read_to_string(parent.join("dotfiles/envrc")).unwrap(),
+            "export SAFE=1\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(proj.join("dotfiles/bashrc")).unwrap(),
+            "# mine\n"
+        );
+    }
+}
+
+#[test]
+fn deny_write_holds_for_a_missing_path_and_for_a_symlink() {
+    for caller in CALLERS {
+        let work = TempDir::new_in("/var/tmp", "denymissing");
+        work.write("real/conf", "orig\n");
+        std::os::unix::fs::symlink("real", work.join("lnk")).unwrap();
+        work.give_to_sandbox_user(&work.path);
+        let missing = work.join("later/config").to_str().unwrap().to_string();
+        let lnk = work.join("lnk").to_str().unwrap().to_string();
+        let out = sh(
+            caller,
+            &work.path,
+            &["--deny-write", &missing, "--deny-write", &lnk],
+            &format!(
+                "{PRELUDE}
+try create-missing sh -c 'mkdir -p later && echo x > later/config'
+try missing-as-dir sh -c 'mkdir -p later/config'
+try write-target sh -c 'echo x >> real/conf'
+try replace-link sh -c 'rm lnk && mkdir lnk'
+try through-link sh -c 'echo x > lnk/new'
+mkdir -p later/other && echo ok > later/other/f && echo ok:twin
+"
+            ),
+        );
+        let text = stdout(&out);
+        assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            text.matches("refused:").count(),
+            5,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("ok:twin"), "{caller:?}: {}", explain(&out));
+        assert!(!work.join("later/config").exists());
+        assert_eq!(
+            std::fs::read_to_string(work.join("real/conf")).unwrap(),
+            "orig\n"
+        );
+        assert!(!work.join("real/new").exists());
+    }
+}
+
+#[test]
+fn an_explicit_allow_write_of_a_protected_path_overrides_it_and_says_what_can_run() {
+    for caller in CALLERS {
+        let (parent, proj) = project_in_a_parent("override");
+        let vscode = proj.join(".vscode").to_str().unwrap().to_string();
+        let out = sh(
+            caller,
+            &proj,
+            &["--allow-write", &vscode],
+            &format!(
+                "{PRELUDE}
+echo '{{\"new\":1}}' > .vscode/tasks.json && echo ok:override
+try envrc sh -c \"echo 'touch $M-envrc' >> .envrc\"
+"
+            ),
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("ok:override"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("refused:envrc"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let err = integration::stderr(&out);
+        assert!(
+            err.contains(&format!("--allow-write {vscode}: a protected path"))
+                && err.contains("can run on the host later"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(proj.join(".vscode/tasks.json")).unwrap(),
+            "{\"new\":1}\n"
+        );
+        // `check` shows the same override.
+        let check = integration::command(caller, &proj, &["check", "--allow-write", &vscode])
+            .output()
+            .unwrap();
+        let shown = stdout(&check);
+        assert!(
+            shown.contains("overrides (explicit --allow-write of a protected path)")
+                && shown.contains(&vscode),
+            "{}",
+            explain(&check)
+        );
+        drop(parent);
+    }
+}
+
+#[test]
+fn core_hooks_path_includes_and_path_directories_in_a_writable_tree_are_protected() {
+    for caller in CALLERS {
+        let work = repository("hookspath");
+        std::fs::write(work.join("extra.inc"), "[user]\n\tname = x\n").unwrap();
+        host_git_ok(&work.path, &["config", "core.hooksPath", "githooks"]);
+        host_git_ok(&work.path, &["config", "include.path", "../extra.inc"]);
+        std::fs::create_dir_all(work.join("bin")).unwrap();
+        std::fs::create_dir_all(work.join("tools")).unwrap();
+        std::fs::write(work.join("tools/helper"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink("../tools/helper", work.join("bin/helper")).unwrap();
+        work.give_to_sandbox_user(&work.path);
+        let path = format!(
+            "{}:/usr/local/bin:/usr/bin:/bin",
+            work.join("bin").display()
+        );
+        let script = format!(
+            r##"{PRELUDE}
+try hookspath-hook sh -c 'mkdir -p githooks && printf "%s\n" "$hook" > githooks/pre-commit'
+try include sh -c "printf '[core]\n\tfsmonitor = touch $M-include\n' >> extra.inc"
+try path-dir sh -c "printf '#!/bin/sh\ntouch $M-git\n' > bin/git"
+try path-link-target sh -c "echo 'touch $M-helper' >> tools/helper"
+echo ok > tools/other && echo ok:twin
+"##
+        );
+        let out = integration::command(
+            caller,
+            &work.path,
+            &["whole-process", "--", "/bin/sh", "-c", &script],
+        )
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+        let text = stdout(&out);
+        assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            text.matches("refused:").count(),
+            4,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("ok:twin"), "{caller:?}: {}", explain(&out));
+        run_git_as_the_host_would(caller, &work.path, &["."]);
+        assert_eq!(markers(&work.path), Vec::<PathBuf>::new(), "{caller:?}");
+        assert!(!work.join("bin/git").exists());
+    }
+}

@@ -2,7 +2,7 @@
 //! Linux sandbox. See README.md and DESIGN.md.
 
 use clap::Parser;
-use sandbox_launch::{cli, doctor, login, policy, sandbox};
+use sandbox_launch::{cli, doctor, login, persistence, policy, sandbox};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -16,9 +16,12 @@ fn main() {
             sandbox::run(&sandbox, vec!["/bin/sh".into(), "-c".into(), command])
         }
         cli::Command::Doctor { json, sandbox } => doctor::run(json, &sandbox),
-        cli::Command::Check { sandbox } => match sandbox::load_policy(&sandbox) {
-            Ok((policy, _)) => {
+        cli::Command::Check { sandbox } => match sandbox::load_policy(&sandbox)
+            .and_then(|(policy, _)| Ok((policy, persistence::check(&sandbox)?)))
+        {
+            Ok((policy, protections)) => {
                 println!("{}", policy::describe(&policy));
+                println!("{protections}");
                 0
             }
             Err(e) => {

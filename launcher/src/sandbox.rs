@@ -286,11 +286,7 @@ pub fn prepare(
             &args.resolve,
         ));
     }
-    let ctx = HostContext {
-        cwd: cwd.clone(),
-        home: std::env::var_os("HOME").map(PathBuf::from),
-        xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
-    };
+    let ctx = host_context(cwd.clone());
     let mut layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
     if resolver_conf {
         proxy::launch::bind_resolv_conf(&mut layout.mounts, &mut layout.landlock);
@@ -362,6 +358,16 @@ pub fn prepare(
         attached,
         holds_secrets: credentials.is_some(),
     })
+}
+
+/// What the layout depends on of this host and this caller.
+pub fn host_context(cwd: PathBuf) -> HostContext {
+    HostContext {
+        cwd,
+        home: std::env::var_os("HOME").map(PathBuf::from),
+        xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+        path_var: std::env::var("PATH").ok(),
+    }
 }
 
 /// `whole-process` and `per-command`.

@@ -79,8 +79,12 @@ pub struct PersistSpec {
     /// Protected paths.
     pub rules: Vec<ProtectRule>,
     /// Explicit `--allow-write` of a protected path (or of a path inside one): no rule applies
-    /// at or below these.
+    /// at or below these...
     pub overrides: Vec<PathBuf>,
+    /// ...except these (`--deny-write`, existing or not): nothing may be written at or below
+    /// them, nor anything but a directory appear on the way to them.
+    #[serde(default)]
+    pub denied: Vec<PathBuf>,
 }
 
 impl PersistSpec {

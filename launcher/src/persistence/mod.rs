@@ -2,6 +2,11 @@
 //! the sandbox enforces — the create guard's rules (in the spec) and, for what exists at launch,
 //! read-only binds as a second, kernel-enforced layer.
 
+pub mod binds;
+pub mod describe;
+mod git_paths;
+mod links;
+pub mod plan;
 pub mod table;
 
 use std::path::{Path, PathBuf};
@@ -84,6 +89,18 @@ pub fn named_at_launch(roots: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
     out.sort();
     out.dedup();
     out
+}
+
+/// `check`'s account of the persistence model for a launch with `args` (the policy it loads,
+/// the layout it plans: nothing is mounted or started). A layout that cannot be planned (a path
+/// the launch needs is missing) is said, not an error of the policy.
+pub fn check(args: &crate::cli::SandboxArgs) -> Result<String, shim::channel::StepError> {
+    let (policy, cwd) = crate::sandbox::load_policy(args)?;
+    let ctx = crate::sandbox::host_context(cwd);
+    Ok(match crate::layout::plan(&policy, &ctx) {
+        Ok(layout) => describe::describe(&layout.protections, ctx.home.as_deref()),
+        Err(e) => format!("persistence: not planned: a launch would stop here: {e:#}\n"),
+    })
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ mod filter;
 mod listener;
 mod perform;
 mod resolve;
-mod rules;
+pub mod rules;
 mod target;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

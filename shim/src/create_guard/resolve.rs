@@ -22,6 +22,10 @@ pub(super) struct Place {
     pub(super) dir: OwnedFd,
     pub(super) name: CString,
     pub(super) full: PathBuf,
+    /// The other names it was reached by: the path as written (when a symlink on the way made
+    /// the real one differ) and each symlink followed to get here. A protected name that is a
+    /// symlink protects what it points at when reached through it.
+    pub(super) via: Vec<PathBuf>,
 }
 
 /// Something that exists, as an O_PATH descriptor, and where it is: its real path, or `None`
@@ -30,6 +34,8 @@ pub(super) struct Object {
     pub(super) fd: OwnedFd,
     pub(super) real: Option<PathBuf>,
     pub(super) stat: libc::stat,
+    /// The other names it was reached by (see [`Place::via`]).
+    pub(super) via: Vec<PathBuf>,
 }
 
 impl Object {
@@ -116,7 +122,30 @@ pub(super) fn place(who: Asker<'_>, dirfd: i32, path: &CString) -> Result<Place,
         return Err(Errno::ENOENT);
     }
     let (base, bytes) = start(who, dirfd, path.as_bytes())?;
-    place_in(&base, &bytes)
+    let mut place = place_in(&base, &bytes)?;
+    // The path as written, from the real path of where it starts.
+    if let Some(base_real) = real_path(&base)? {
+        let lexical = lexically(&base_real.join(OsStr::from_bytes(&bytes)));
+        if lexical != place.full {
+            place.via.push(lexical);
+        }
+    }
+    Ok(place)
+}
+
+/// `.` and `..` taken away as written (no symlink followed).
+fn lexically(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// `/dev/stdin|stdout|stderr`, `/dev/fd/N`, `/proc/self/…` and `/proc/thread-self/…` name the
@@ -211,6 +240,7 @@ fn place_in(base: &OwnedFd, bytes: &[u8]) -> Result<Place, Errno> {
         dir,
         name: CString::new(name).map_err(|_| Errno::EINVAL)?,
         full,
+        via: Vec::new(),
     })
 }
 
@@ -238,12 +268,15 @@ pub(super) fn follow(who: Asker<'_>, mut place: Place) -> Result<Place, Errno> {
             return Ok(place);
         }
         buf.truncate(n as usize);
+        let mut via = std::mem::take(&mut place.via);
+        via.push(place.full.clone());
         let (base, bytes) = if buf.first() == Some(&b'/') {
             start(who, AT_FDCWD, &buf)?
         } else {
             (place.dir, buf)
         };
         place = place_in(&base, &bytes)?;
+        place.via = via;
     }
     Err(Errno::ELOOP)
 }
@@ -261,7 +294,12 @@ fn fstat(fd: &OwnedFd) -> Result<libc::stat, Errno> {
 fn object_of(fd: OwnedFd) -> Result<Object, Errno> {
     let real = real_path(&fd)?;
     let stat = fstat(&fd)?;
-    Ok(Object { fd, real, stat })
+    Ok(Object {
+        fd,
+        real,
+        stat,
+        via: Vec::new(),
+    })
 }
 
 /// What `path` names, following its final symlinks when `follow_final` (as open without
@@ -288,11 +326,16 @@ pub(super) fn object(
     } else {
         libc::O_NOFOLLOW
     };
-    object_of(open_at(
+    let mut obj = object_of(open_at(
         Some(&place.dir),
         place.name.as_bytes(),
         libc::O_PATH | nofollow,
-    )?)
+    )?)?;
+    obj.via = place.via;
+    if obj.real.as_ref() != Some(&place.full) {
+        obj.via.push(place.full);
+    }
+    Ok(obj)
 }
 
 /// What the target's descriptor `fd` refers to (`AT_EMPTY_PATH`).
@@ -327,6 +370,16 @@ mod tests {
         assert_eq!(own_fd(42, b"/proc/42/fd/x"), None);
         assert_eq!(relative(b"/sub/x"), b"sub/x");
         assert_eq!(relative(b"/"), b".");
+    }
+
+    #[test]
+    fn a_path_as_written_keeps_its_names() {
+        assert_eq!(
+            lexically(Path::new("/w/a/../.envrc")),
+            PathBuf::from("/w/.envrc")
+        );
+        assert_eq!(lexically(Path::new("/w/./b/")), PathBuf::from("/w/b"));
+        assert_eq!(lexically(Path::new("/../x")), PathBuf::from("/x"));
     }
 
     #[test]

@@ -21,10 +21,13 @@ impl Handler {
         mode: u32,
     ) -> Result<Answer, Errno> {
         let place = place(who, dirfd, path)?;
-        self.check(Op::Create {
-            path: &place.full,
-            dir: true,
-        })?;
+        self.check_via(
+            Op::Create {
+                path: &place.full,
+                dir: true,
+            },
+            &place.via,
+        )?;
         // SAFETY: valid descriptor and NUL-terminated name.
         errno_of(unsafe { libc::mkdirat(place.dir.as_raw_fd(), place.name.as_ptr(), mode) })
     }
@@ -38,10 +41,13 @@ impl Handler {
         dev: u64,
     ) -> Result<Answer, Errno> {
         let place = place(who, dirfd, path)?;
-        self.check(Op::Create {
-            path: &place.full,
-            dir: false,
-        })?;
+        self.check_via(
+            Op::Create {
+                path: &place.full,
+                dir: false,
+            },
+            &place.via,
+        )?;
         // SAFETY: valid descriptor and NUL-terminated name.
         errno_of(unsafe { libc::mknodat(place.dir.as_raw_fd(), place.name.as_ptr(), mode, dev) })
     }
@@ -54,10 +60,13 @@ impl Handler {
         path: &CString,
     ) -> Result<Answer, Errno> {
         let place = place(who, dirfd, path)?;
-        self.check(Op::Create {
-            path: &place.full,
-            dir: false,
-        })?;
+        self.check_via(
+            Op::Create {
+                path: &place.full,
+                dir: false,
+            },
+            &place.via,
+        )?;
         // SAFETY: NUL-terminated strings and a valid descriptor.
         errno_of(unsafe {
             libc::symlinkat(target.as_ptr(), place.dir.as_raw_fd(), place.name.as_ptr())
@@ -78,17 +87,20 @@ impl Handler {
             return Err(Errno::EINVAL);
         }
         let to = place(who, newdirfd, new)?;
-        self.check(Op::Create {
-            path: &to.full,
-            dir: false,
-        })?;
+        self.check_via(
+            Op::Create {
+                path: &to.full,
+                dir: false,
+            },
+            &to.via,
+        )?;
         let from = if flags & libc::AT_EMPTY_PATH != 0 && old.as_bytes().is_empty() {
             object_of_fd(who, olddirfd)?
         } else {
             object(who, olddirfd, old, flags & libc::AT_SYMLINK_FOLLOW != 0)?
         };
         if let Some(real) = &from.real {
-            self.check(Op::Write { path: real })?;
+            self.check_via(Op::Write { path: real }, &from.via)?;
         }
         if from.kind() == libc::S_IFDIR {
             return Err(Errno::EPERM);
@@ -130,6 +142,12 @@ impl Handler {
                 return Err(self.refuse_rename(&to, "a git config (only renamed into place)"));
             }
             Verdict::Refuse(why) => return Err(self.refuse_rename(&to, &why)),
+        }
+        for v in &to.via {
+            self.check(Op::RenameTo {
+                path: v,
+                dir: from_dir,
+            })?;
         }
         if flags & libc::RENAME_EXCHANGE != 0 {
             self.check(Op::RenameTo {

@@ -27,6 +27,15 @@ impl Handler {
         }
     }
 
+    /// [`check`](Self::check) `op`, and the same at every other name the path was reached by.
+    fn check_via(&self, op: Op<'_>, via: &[std::path::PathBuf]) -> Result<(), Errno> {
+        self.check(op)?;
+        for p in via {
+            self.check(op.at(p))?;
+        }
+        Ok(())
+    }
+
     /// Tell the supervisor (it counts refusals and prints them with -v) and answer EPERM.
     fn refuse(&self, op: Op<'_>, surface: String) -> Errno {
         let (path, what) = match op {

@@ -44,10 +44,13 @@ impl Handler {
         if flags & libc::O_EXCL == 0 && !nofollow {
             place = follow(who, place)?;
         }
-        self.check(Op::Create {
-            path: &place.full,
-            dir: false,
-        })?;
+        self.check_via(
+            Op::Create {
+                path: &place.full,
+                dir: false,
+            },
+            &place.via,
+        )?;
         // O_NOFOLLOW: the place was resolved above; a symlink swapped in since then must not
         // redirect it.
         let open_flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW;
@@ -73,7 +76,7 @@ impl Handler {
                     return Err(Errno::EPERM);
                 }
             } else {
-                self.check(Op::Write { path: real })?;
+                self.check_via(Op::Write { path: real }, &obj.via)?;
             }
         }
         if obj.kind() == libc::S_IFCHR && obj.stat.st_rdev == DEV_TTY {
@@ -141,10 +144,14 @@ impl Handler {
     ) -> Result<Answer, Errno> {
         let dir = object(who, dirfd, path, flags & libc::O_NOFOLLOW == 0)?;
         if let Some(real) = &dir.real {
-            self.check(Op::Create {
-                path: &real.join("#tmpfile"),
-                dir: false,
-            })?;
+            let via: Vec<_> = dir.via.iter().map(|v| v.join("#tmpfile")).collect();
+            self.check_via(
+                Op::Create {
+                    path: &real.join("#tmpfile"),
+                    dir: false,
+                },
+                &via,
+            )?;
         }
         // SAFETY: a valid (O_PATH) directory descriptor and a NUL-terminated name.
         let fd = owned(unsafe {
@@ -172,7 +179,7 @@ impl Handler {
             _ => return Err(Errno::EINVAL),
         }
         if let Some(real) = &obj.real {
-            self.check(Op::Write { path: real })?;
+            self.check_via(Op::Write { path: real }, &obj.via)?;
         }
         let p = obj.proc_path();
         // SAFETY: a NUL-terminated path.

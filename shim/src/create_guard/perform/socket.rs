@@ -24,10 +24,13 @@ impl Handler {
             if let Some(path) = pathname(addr) {
                 let path = std::ffi::CString::new(path).map_err(|_| Errno::EINVAL)?;
                 let place = place(who, libc::AT_FDCWD, &path)?;
-                self.check(Op::Create {
-                    path: &place.full,
-                    dir: false,
-                })?;
+                self.check_via(
+                    Op::Create {
+                        path: &place.full,
+                        dir: false,
+                    },
+                    &place.via,
+                )?;
                 // The kernel resolves the address again, in init: from the same root, and for a
                 // relative one from the target's working directory (the guard's thread has a
                 // working directory of its own). Nothing can have been created or renamed in

@@ -10,7 +10,7 @@
 //! directories allow only what git writes (`gitdir`), and `config` through a validated rename
 //! (`gitconfig`).
 
-mod gitconfig;
+pub mod gitconfig;
 mod gitdir;
 mod pattern;
 
@@ -37,7 +37,16 @@ pub enum Op<'a> {
     Write { path: &'a Path },
 }
 
-impl Op<'_> {
+impl<'a> Op<'a> {
+    /// The same operation at another path.
+    pub fn at<'b>(&self, path: &'b Path) -> Op<'b> {
+        match *self {
+            Op::Create { dir, .. } => Op::Create { path, dir },
+            Op::RenameTo { dir, .. } => Op::RenameTo { path, dir },
+            Op::Write { .. } => Op::Write { path },
+        }
+    }
+
     fn path(&self) -> &Path {
         match self {
             Op::Create { path, .. } | Op::RenameTo { path, .. } | Op::Write { path } => path,
@@ -69,6 +78,7 @@ struct Rule {
 pub struct Rules {
     roots: Vec<PathBuf>,
     overrides: Vec<PathBuf>,
+    denied: Vec<PathBuf>,
     anchored: Vec<(PathBuf, Rule)>,
     /// Rules matched at any depth, by their first component (`None`: a glob there).
     anywhere: HashMap<Option<Vec<u8>>, Vec<Rule>>,
@@ -103,6 +113,7 @@ impl Rules {
         Rules {
             roots: spec.roots.clone(),
             overrides: spec.overrides.clone(),
+            denied: spec.denied.clone(),
             anchored,
             anywhere,
         }
@@ -115,7 +126,15 @@ impl Rules {
 
     pub fn judge(&self, op: Op<'_>) -> Verdict {
         let path = op.path();
-        if !self.guards(path) || self.overrides.iter().any(|o| path.starts_with(o)) {
+        if !self.guards(path) {
+            return Verdict::Allow;
+        }
+        for d in &self.denied {
+            if path.starts_with(d) || (d.starts_with(path) && !op.is_mkdir()) {
+                return Verdict::Refuse(format!("--deny-write {}", d.display()));
+            }
+        }
+        if self.overrides.iter().any(|o| path.starts_with(o)) {
             return Verdict::Allow;
         }
         if let Some(why) = self.protected(path, op.is_mkdir()) {
@@ -219,6 +238,7 @@ mod tests {
             roots: vec!["/w".into(), "/home/u/.claude".into()],
             rules: r,
             overrides: overrides.iter().map(PathBuf::from).collect(),
+            denied: vec!["/w/locked".into()],
         })
     }
 
@@ -275,9 +295,18 @@ mod tests {
 
     #[test]
     fn an_explicit_override_beats_the_rules_below_it_and_only_there() {
-        let r = rules(&[".vscode/**"], &[], &["/w/.vscode"]);
+        let r = rules(&[".vscode/**"], &[], &["/w/.vscode", "/w"]);
         assert!(create(&r, "/w/.vscode/tasks.json", false));
+        let r = rules(&[".vscode/**"], &[], &["/w/.vscode"]);
         assert!(!create(&r, "/w/other/.vscode/tasks.json", false));
+    }
+
+    #[test]
+    fn deny_write_beats_every_override_whether_or_not_the_path_exists() {
+        let r = rules(&[], &[], &["/w"]);
+        assert!(!create(&r, "/w/locked", false));
+        assert!(!create(&r, "/w/locked/new", true));
+        assert!(create(&r, "/w/free", false));
     }
 
     #[test]

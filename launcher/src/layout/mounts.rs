@@ -1,0 +1,175 @@
+//! The mounts of the plan, in order: the private `/tmp` and emptied socket directories, the
+//! allow-list mode's tree, the writable roots, handed-in sockets, the protections of the
+//! persistence model, and the deny-read masks last.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use shim::spec::MountOp;
+
+use super::{depth, resolve, root_symlinks, skip_special, within_any, Planner};
+
+impl Planner<'_> {
+    pub(super) fn emit(&mut self) -> Result<()> {
+        let mut ops = Vec::new();
+        let host = self.host_readable();
+        self.out.mounts.host_root = host;
+
+        // Private /tmp, and the host's socket directories emptied.
+        let tmp_wanted = host
+            || self
+                .policy
+                .filesystem
+                .read_write
+                .iter()
+                .any(|s| s.value == Path::new("/tmp"));
+        if tmp_wanted {
+            ops.push(MountOp::Tmpfs {
+                target: "/tmp".into(),
+                mode: 0o1777,
+                size: None,
+            });
+        }
+        let mut emptied: Vec<PathBuf> = Vec::new();
+        if host {
+            for dir in ["/run", "/var/run"] {
+                let p = Path::new(dir);
+                if p.is_dir() && std::fs::read_link(p).is_err() {
+                    emptied.push(p.to_path_buf());
+                }
+            }
+            if let Some(x) = &self.ctx.xdg_runtime_dir {
+                if let Ok(x) = resolve(x) {
+                    if !within_any(&x, &emptied) && x.is_dir() {
+                        emptied.push(x);
+                    }
+                }
+            }
+            for dir in &emptied {
+                ops.push(MountOp::Tmpfs {
+                    target: dir.clone(),
+                    mode: 0o755,
+                    size: None,
+                });
+            }
+            // Name resolution configured through /run (systemd-resolved) keeps working.
+            if let Ok(target) = resolve(Path::new("/etc/resolv.conf")) {
+                if within_any(&target, &emptied) {
+                    ops.push(MountOp::ReadOnly {
+                        source: target.clone(),
+                        target,
+                    });
+                }
+            }
+        } else {
+            for (link_path, link) in root_symlinks() {
+                let Ok(target) = resolve(&link_path) else {
+                    continue;
+                };
+                if self.granted(&target) && !self.symlinks.iter().any(|(p, _)| *p == link_path) {
+                    self.symlinks.push((link_path, link));
+                }
+            }
+            self.symlinks.sort();
+            for (target, link) in &self.symlinks {
+                ops.push(MountOp::Symlink {
+                    target: target.clone(),
+                    link: link.clone(),
+                });
+            }
+            let mut ro = self.ro.clone();
+            ro.sort_by_key(|p| depth(p));
+            for p in ro {
+                if skip_special(&p) || within_any(&p, &self.rw) {
+                    continue;
+                }
+                ops.push(MountOp::ReadOnly {
+                    source: p.clone(),
+                    target: p,
+                });
+            }
+        }
+
+        let mut rw = self.rw.clone();
+        rw.sort_by_key(|p| depth(p));
+        for p in &rw {
+            if skip_special(p) {
+                continue;
+            }
+            ops.push(MountOp::ReadWrite {
+                source: p.clone(),
+                target: p.clone(),
+            });
+        }
+        for s in &self.policy.filesystem.unix_sockets {
+            let p = resolve(&s.value).map_err(|e| {
+                anyhow::anyhow!("unix socket {} cannot be handed in: {e}", s.value.display())
+            })?;
+            ops.push(MountOp::ReadWrite {
+                source: p.clone(),
+                target: p,
+            });
+        }
+
+        // What would run on the host later, per writable root: the guard's rules, and for what
+        // exists at launch read-only binds.
+        let prot = crate::persistence::plan::plan(&crate::persistence::plan::Request {
+            roots: &self.all_rw,
+            explicit: &self.explicit_rw,
+            deny_write: &self.deny_write_asked,
+            home: self.ctx.home.as_deref(),
+            cwd: &self.ctx.cwd,
+            path_var: self.ctx.path_var.as_deref(),
+        });
+        ops.extend(crate::persistence::binds::mounts(&prot.read_only, &rw));
+        self.out.warnings.extend(prot.overrides.iter().cloned());
+        self.out.unprotected_missing = prot.missing.clone();
+        self.out.persist = prot.spec.clone();
+        self.out.persist.roots.retain(|p| !skip_special(p));
+        self.out.protections = prot;
+
+        // Masks last: deny read beats everything.
+        let private: Vec<PathBuf> = tmp_wanted
+            .then(|| PathBuf::from("/tmp"))
+            .into_iter()
+            .chain(emptied)
+            .collect();
+        let bound: Vec<PathBuf> = ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::ReadOnly { target, .. } | MountOp::ReadWrite { target, .. } => {
+                    Some(target.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        let mut masks = self.deny_read.clone();
+        masks.sort_by_key(|p| depth(p));
+        for p in masks {
+            if !self.granted(&p) {
+                continue; // not in the sandbox at all
+            }
+            if let Some(dir) = private.iter().find(|d| p.starts_with(d)) {
+                if !within_any(&p, &bound) {
+                    self.out.warnings.push(format!(
+                        "deny-read {}: nothing to deny: the sandbox has a private {} of its \
+                         own, so the host's is not in it",
+                        p.display(),
+                        dir.display()
+                    ));
+                    continue;
+                }
+            }
+            let dir = p.is_dir();
+            ops.push(MountOp::Mask {
+                target: p.clone(),
+                dir,
+            });
+            self.out.verify_unreadable.push(p);
+        }
+        self.out.mounts.ops = ops;
+        self.emit_landlock(&rw, tmp_wanted);
+        self.emit_write_probes(&rw);
+        Ok(())
+    }
+}

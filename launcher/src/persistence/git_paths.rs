@@ -1,0 +1,171 @@
+//! What the host's git configuration makes run from elsewhere: the directory `core.hooksPath`
+//! names (husky's `.husky/`, a project's `githooks/`) and the files `include.path` and
+//! `includeIf.*.path` pull in. Read at launch, in Rust, from the configuration files git would
+//! read for the working directory and each writable tree: the repository's own `config`, the
+//! user's `~/.gitconfig` and `~/.config/git/config`, `/etc/gitconfig`, and what they include.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use shim::create_guard::rules::gitconfig;
+
+use super::links::{lenient, named};
+
+/// What the configurations name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GitPaths {
+    /// Directories named by `core.hooksPath`.
+    pub hooks: BTreeSet<PathBuf>,
+    /// Files named by `include.path` / `includeIf.*.path`.
+    pub includes: BTreeSet<PathBuf>,
+}
+
+/// A repository: its working tree's top and its git directory.
+struct Repo {
+    top: PathBuf,
+    gitdir: PathBuf,
+}
+
+/// The repository `dir` lies in, found as git finds it (a `.git` directory or file in `dir` or
+/// an ancestor).
+fn repository_of(dir: &Path) -> Option<Repo> {
+    for top in dir.ancestors() {
+        let dotgit = top.join(".git");
+        let Ok(meta) = std::fs::metadata(&dotgit) else {
+            continue;
+        };
+        let gitdir = if meta.is_dir() {
+            dotgit
+        } else {
+            let text = std::fs::read_to_string(&dotgit).ok()?;
+            let target = text.trim().strip_prefix("gitdir:")?.trim();
+            lenient(&top.join(target))
+        };
+        return Some(Repo {
+            top: top.to_path_buf(),
+            gitdir,
+        });
+    }
+    None
+}
+
+/// `~/x` and relative paths, as git expands them in configuration values.
+fn expand(value: &str, relative_to: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    let p = if let Some(rest) = value.strip_prefix("~/") {
+        home?.join(rest)
+    } else if value == "~" {
+        home?.to_path_buf()
+    } else {
+        relative_to.join(value)
+    };
+    Some(named(&p))
+}
+
+/// Read `file` and what it includes (at most 10 deep), collecting into `out`; relative hook
+/// paths are relative to `top` (the working tree whose hooks run), includes to the including
+/// file's directory.
+fn read(file: &Path, top: &Path, home: Option<&Path>, depth: usize, out: &mut GitPaths) {
+    if depth > 10 {
+        return;
+    }
+    let Ok(meta) = std::fs::metadata(file) else {
+        return;
+    };
+    if !meta.is_file() || meta.len() as usize > gitconfig::MAX_CONFIG {
+        return;
+    }
+    let Ok(bytes) = std::fs::read(file) else {
+        return;
+    };
+    let Ok(entries) = gitconfig::parse(&bytes) else {
+        return;
+    };
+    let dir = file.parent().unwrap_or(Path::new("/"));
+    for e in entries {
+        let Some(value) = e.value.as_deref() else {
+            continue;
+        };
+        match (e.section.as_str(), e.key.as_str()) {
+            ("core", "hookspath") if e.subsection.is_none() => {
+                if let Some(p) = expand(value, top, home) {
+                    out.hooks.insert(p);
+                }
+            }
+            ("include" | "includeif", "path") => {
+                if let Some(p) = expand(value, dir, home) {
+                    if out.includes.insert(p.clone()) {
+                        read(&p, top, home, depth + 1, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Everything the configurations git reads for `dirs` (the working directory and the writable
+/// roots) make run from elsewhere.
+pub fn discover(dirs: &[PathBuf], home: Option<&Path>) -> GitPaths {
+    let mut out = GitPaths::default();
+    let mut globals: Vec<PathBuf> = vec![PathBuf::from("/etc/gitconfig")];
+    if let Some(h) = home {
+        globals.push(h.join(".gitconfig"));
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| h.join(".config"));
+        globals.push(xdg.join("git/config"));
+    }
+    let mut seen = BTreeSet::new();
+    for dir in dirs {
+        let Some(repo) = repository_of(dir) else {
+            continue;
+        };
+        if !seen.insert(repo.gitdir.clone()) {
+            continue;
+        }
+        read(&repo.gitdir.join("config"), &repo.top, home, 0, &mut out);
+        if let Ok(common) = std::fs::read_to_string(repo.gitdir.join("commondir")) {
+            let common = lenient(&repo.gitdir.join(common.trim()));
+            read(&common.join("config"), &repo.top, home, 0, &mut out);
+        }
+        for g in &globals {
+            read(g, &repo.top, home, 0, &mut out);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_path_and_includes_are_found_in_the_repository_and_the_global_files() {
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("sl-gitpaths-{}", std::process::id()));
+        let repo = base.join("proj");
+        let home = base.join("home");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(
+            repo.join(".git/config"),
+            "[core]\n\thooksPath = .husky\n[include]\n\tpath = ../extra.inc\n",
+        )
+        .unwrap();
+        std::fs::write(repo.join("extra.inc"), "[core]\n\thooksPath = ~/hooks\n").unwrap();
+        std::fs::write(
+            home.join(".gitconfig"),
+            "[includeIf \"gitdir:~/\"]\n\tpath = ~/.gitconfig.work\n",
+        )
+        .unwrap();
+        let found = discover(&[repo.join("src")], Some(&home));
+        assert!(found.hooks.contains(&repo.join(".husky")));
+        assert!(found.hooks.contains(&home.join("hooks")));
+        assert!(found.includes.contains(&repo.join("extra.inc")));
+        assert!(found.includes.contains(&home.join(".gitconfig.work")));
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -1,0 +1,211 @@
+//! The protections of one launch, computed per writable root — the working directory and each
+//! `--allow-write` path on its own, even under a writable parent (a writable `~` must not drop
+//! what protects the project inside it) — without walking any tree.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use shim::create_guard::rules::{Op, Rules, Verdict};
+use shim::spec::{PersistSpec, ProtectRule};
+
+use super::git_paths;
+use super::links::{chain, named};
+use super::{named_at_launch, table_rules};
+
+/// What the plan needs to know of the host.
+pub struct Request<'a> {
+    /// Every writable root (canonical), nested ones included.
+    pub roots: &'a [PathBuf],
+    /// The roots asked for explicitly (`--allow-write`, `allowWrite`, `read_write`): where one
+    /// is a protected path itself, or inside one, it overrides the protection, with a warning.
+    pub explicit: &'a [PathBuf],
+    /// `--deny-write` paths as given (absolute), existing or not.
+    pub deny_write: &'a [PathBuf],
+    pub home: Option<&'a Path>,
+    pub cwd: &'a Path,
+    /// The host's `PATH`: its directories inside a writable tree are protected.
+    pub path_var: Option<&'a str>,
+}
+
+/// One protection, for `check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub path: PathBuf,
+    /// Bound read-only at launch too (it exists), or guarded only.
+    pub bound: bool,
+    pub why: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Protections {
+    pub spec: PersistSpec,
+    /// Protected paths that exist at launch inside a writable root: bound read-only.
+    pub read_only: Vec<PathBuf>,
+    /// Protected paths named at launch that do not exist (looked at again when the sandbox ends).
+    pub missing: Vec<PathBuf>,
+    /// Explicit overrides of a protection, in words (also warnings).
+    pub overrides: Vec<String>,
+    /// Every protection found at launch beyond the table's patterns, for `check`.
+    pub shown: Vec<Shown>,
+}
+
+fn inside(p: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| p.starts_with(r))
+}
+
+fn exists(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok()
+}
+
+impl Protections {
+    /// Protect `path` and everything below it, and, when it is a symlink, every link of its
+    /// chain and where it ends (bound read-only there when that exists in a writable root).
+    fn protect(&mut self, path: &Path, why: &str, roots: &[PathBuf], denied: bool) {
+        for (i, p) in chain(path).into_iter().enumerate() {
+            let why = if i == 0 {
+                why.to_string()
+            } else {
+                format!("{why} (through the symlink {})", path.display())
+            };
+            let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+            let bound = !is_link && exists(&p) && inside(&p, roots);
+            if bound {
+                self.read_only.push(p.clone());
+            }
+            if denied {
+                self.spec.denied.push(p.clone());
+            } else {
+                self.spec.rules.push(ProtectRule {
+                    anchor: Some(p.clone()),
+                    pattern: "**".into(),
+                    surface: why.clone(),
+                });
+            }
+            self.shown.push(Shown {
+                path: p,
+                bound,
+                why,
+            });
+        }
+    }
+}
+
+pub fn plan(req: &Request<'_>) -> Protections {
+    let mut out = Protections::default();
+    let roots: Vec<PathBuf> = req.roots.to_vec();
+    out.spec.roots = roots.clone();
+    out.spec.rules = table_rules(req.home);
+    // The table's literal paths at the top of every root and in a covered home: bound when
+    // they exist, their symlinks followed.
+    for p in named_at_launch(&roots, req.home) {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let why = format!("{} is a protected path", p.display());
+                out.protect(&p, &why, &roots, false)
+            }
+            Ok(_) => out.read_only.push(p),
+            Err(_) => out.missing.push(p),
+        }
+    }
+    out.read_only.extend(super::git_hooks_at_launch(&roots));
+    // A root's git directory whose hooks or config is a symlink (`.git/hooks -> hooks.real`):
+    // what it points at is written by git's hooks' or config's name.
+    for root in &roots {
+        for name in ["hooks", "config", "info"] {
+            let p = root.join(".git").join(name);
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+                let why = format!("git's {name} (through {})", p.display());
+                out.protect(&p, &why, &roots, false);
+            }
+        }
+    }
+    // Directories on the host's PATH that lie in a writable tree, and what the links directly
+    // in them point at.
+    for dir in req.path_var.unwrap_or_default().split(':') {
+        if dir.is_empty() || !dir.starts_with('/') {
+            continue;
+        }
+        let dir = named(Path::new(dir));
+        if !inside(&dir, &roots) {
+            continue;
+        }
+        out.protect(&dir, "a directory on the host's PATH", &roots, false);
+        for e in std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .take(4096)
+        {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                let end = chain(&p).pop().unwrap_or(p);
+                if inside(&end, &roots) && !end.starts_with(&dir) {
+                    out.protect(
+                        &end,
+                        "a command on the host's PATH (linked from it)",
+                        &roots,
+                        false,
+                    );
+                }
+            }
+        }
+    }
+    // What the host's git configuration runs from elsewhere.
+    let mut dirs = vec![req.cwd.to_path_buf()];
+    dirs.extend(roots.iter().cloned());
+    let git = git_paths::discover(&dirs, req.home);
+    for h in &git.hooks {
+        if inside(h, &roots) {
+            out.protect(h, "git hooks (core.hooksPath)", &roots, false);
+        }
+    }
+    for i in &git.includes {
+        if inside(i, &roots) {
+            out.protect(i, "git configuration (included)", &roots, false);
+        }
+    }
+    // --deny-write: protected whether it exists or not, and beats every override.
+    for d in req.deny_write {
+        out.protect(&named(d), "--deny-write", &roots, true);
+    }
+    // An explicit allow-write of a protected path (or of a path inside one) overrides it.
+    let rules = Rules::new(&out.spec);
+    for p in req.explicit {
+        // A directory: is what is written in it protected? (Its parent being writable, or
+        // protected paths lying below it, does not make it one.) Anything else: itself.
+        let probe = p.join("sandbox-launch-probe");
+        let verdict = if p.is_dir() {
+            rules.judge(Op::Create {
+                path: &probe,
+                dir: false,
+            })
+        } else {
+            rules.judge(Op::Write { path: p })
+        };
+        let protected = match verdict {
+            Verdict::Refuse(why) => Some(why),
+            Verdict::ValidateGitConfig => Some("a git config".into()),
+            Verdict::Allow => None,
+        };
+        if let Some(why) = protected {
+            out.spec.overrides.push(p.clone());
+            out.overrides.push(format!(
+                "--allow-write {}: a protected path ({why}); whatever the program writes there \
+                 can run on the host later",
+                p.display()
+            ));
+        }
+    }
+    out.read_only.retain(|p| {
+        !out.spec.overrides.iter().any(|o| p.starts_with(o)) || inside_denied(p, &out.spec)
+    });
+    let set: BTreeSet<PathBuf> = out.read_only.drain(..).collect();
+    out.read_only = set.into_iter().collect();
+    out.missing.sort();
+    out.missing.dedup();
+    out
+}
+
+fn inside_denied(p: &Path, spec: &PersistSpec) -> bool {
+    spec.denied.iter().any(|d| p.starts_with(d))
+}
