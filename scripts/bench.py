@@ -18,6 +18,7 @@ B = os.environ.get("BENCH_DIR", "/var/tmp/sl-bench")
 QUICK = os.environ.get("QUICK") == "1"
 RUNS = 20 if QUICK else 60
 SL = f"{B}/sandbox-launch"
+SL_INSTALLED = f"{B}/cargo-install/bin/sandbox-launch"
 SRT = f"{B}/srt/node_modules/.bin/srt"
 SYSLOOP = f"{B}/sysloop"
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
@@ -50,11 +51,15 @@ def runners():
         "nsjail": None,  # not packaged in Debian 12 and no source registry here
         "sandbox-launch (none)": [SL, "whole-process", "--network", "none", "--"],
         "sandbox-launch (restricted)": [SL, "whole-process", "--network", "restricted", "--"],
+        # The build users install: `cargo install --path launcher` (bench.sh installs it).
+        "sandbox-launch (cargo install, restricted)":
+            [SL_INSTALLED, "whole-process", "--network", "restricted", "--"],
     }
     return r
 
 PEERS = ["bwrap", "srt", "nsjail"]
-OURS = ["sandbox-launch (none)", "sandbox-launch (restricted)"]
+OURS = ["sandbox-launch (none)", "sandbox-launch (restricted)",
+        "sandbox-launch (cargo install, restricted)"]
 NOTES = {"nsjail": "not available: not packaged in Debian 12"}
 
 def as_user(cmd, unpriv):

@@ -33,4 +33,8 @@ gcc -O2 -o "$BENCH_DIR/bulkserve" "$root/bench/bulkserve.c"
 gcc -O2 -o "$BENCH_DIR/splice_relay" "$root/bench/splice_relay.c"
 install -m 755 "$bin/sandbox-launch" "$BENCH_DIR/sandbox-launch"
 install -m 755 "$bin/fault-inject" "$BENCH_DIR/fault-inject"
+# The build users install: `cargo install --path launcher` (launcher/.cargo/config.toml makes it
+# the same static build; the shared target directory spares a second build).
+cargo install --quiet --locked --force --path "$root/launcher" --target-dir "$root/target" \
+    --root "$BENCH_DIR/cargo-install" >&2
 exec python3 "$root/scripts/bench.py"

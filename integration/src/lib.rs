@@ -170,22 +170,40 @@ pub fn static_launcher() -> &'static PathBuf {
                 std::env::consts::ARCH
             )),
         };
-        let bin = dir.join("sandbox-launch");
-        assert!(
-            bin.exists(),
-            "{} is missing: build the static release binary first (scripts/build.sh; \
-             scripts/test.sh does)",
-            bin.display()
-        );
-        let text = std::fs::read(&bin).expect("read the static binary");
-        // A dynamically linked executable names its loader (PT_INTERP): /lib64/ld-linux-....
-        assert!(
-            !text.windows(8).any(|w| w == b"/ld-linu"),
-            "{} is not statically linked",
-            bin.display()
-        );
-        staged_binary_at(&bin)
+        statically_linked(&dir.join("sandbox-launch"), "scripts/build.sh")
     })
+}
+
+/// What `cargo install --path launcher` installed (`scripts/test.sh` installs it under
+/// /var/cache/sandbox-launch-tests/cargo-install and passes `SANDBOX_LAUNCH_INSTALLED_DIR`).
+pub fn installed_launcher() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::var_os("SANDBOX_LAUNCH_INSTALLED_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/var/cache/sandbox-launch-tests/cargo-install/bin".into());
+        statically_linked(
+            &dir.join("sandbox-launch"),
+            "cargo install --locked --path launcher --root /var/cache/sandbox-launch-tests/cargo-install",
+        )
+    })
+}
+
+/// `bin`, checked to exist and to be statically linked, staged for the unprivileged user.
+fn statically_linked(bin: &Path, how: &str) -> PathBuf {
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first ({how}; scripts/test.sh does)",
+        bin.display()
+    );
+    let text = std::fs::read(bin).expect("read the binary");
+    // A dynamically linked executable names its loader (PT_INTERP): /lib64/ld-linux-....
+    assert!(
+        !text.windows(8).any(|w| w == b"/ld-linu"),
+        "{} is not statically linked",
+        bin.display()
+    );
+    staged_binary_at(bin)
 }
 
 /// A directory that is removed when dropped, owned by the uid the sandbox runs as.

@@ -1,6 +1,6 @@
 //! The installed binary and what it says when a command line cannot work: the static release
-//! build (scripts/build.sh) resolves users without NSS, and the errors a new user meets name
-//! what to do instead of a bare errno.
+//! build (scripts/build.sh, and the same from `cargo install --path launcher`) resolves users
+//! without NSS, and the errors a new user meets name what to do instead of a bare errno.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,7 +17,11 @@ fn policy_with_identity(work: &TempDir, user: &str, group: &str) -> String {
 }
 
 fn static_launch(cwd: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(static_launcher())
+    launch_with(static_launcher(), cwd, args)
+}
+
+fn launch_with(bin: &Path, cwd: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin)
         .args(args)
         .current_dir(cwd)
         .stdin(Stdio::null())
@@ -26,10 +30,17 @@ fn static_launch(cwd: &Path, args: &[&str]) -> std::process::Output {
 }
 
 #[test]
-fn the_static_build_names_an_unknown_user_instead_of_crashing() {
+fn the_static_builds_name_an_unknown_user_instead_of_crashing() {
+    for bin in [static_launcher(), installed_launcher()] {
+        unknown_user_is_named(bin);
+    }
+}
+
+fn unknown_user_is_named(bin: &Path) {
     let work = TempDir::new_in("/var/tmp", "static-user");
     let policy = policy_with_identity(&work, "no-such-agent-user", "no-such-agent-group");
-    let out = static_launch(
+    let out = launch_with(
+        bin,
         &work.path,
         &[
             "whole-process",

@@ -119,7 +119,7 @@ pub fn show_size(n: u64) -> String {
     for (shift, unit) in UNITS {
         let base = 1u64 << shift;
         if n >= base {
-            if n % base == 0 {
+            if n.is_multiple_of(base) {
                 return format!("{}{unit}", n >> shift);
             }
             return format!("{:.1}{unit}", n as f64 / base as f64);
@@ -131,7 +131,7 @@ pub fn show_size(n: u64) -> String {
 /// A duration the way `--timeout` takes it.
 pub fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let s = d.as_secs();
