@@ -32,7 +32,7 @@ pub const MAX_BUF: usize = super::head::MAX_HEAD;
 
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
     super::accept_each(listener, proxy, |stream, peer, proxy| async move {
-        let binary = proxy.binary_of(peer, stream.local_addr().ok());
+        let binary = proxy.binary_of(peer, stream.local_addr().ok()).await;
         let proxy_timeouts = proxy.timeouts;
         // One upstream connection kept per client connection, for the authority it was
         // dialled (and checked) for; every request is still decided on its own.

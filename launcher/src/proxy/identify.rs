@@ -5,10 +5,19 @@
 //!
 //! When the owners disagree (a socket shared across an exec of different programs), the answer
 //! is "unknown", which rules with `binaries` treat as not matching: ambiguity fails closed.
+//!
+//! Cost under load: one scan (the TCP tables and every process's descriptors) answers for every
+//! connection accepted before it began, so a burst of connections costs a few scans, not one
+//! each; scans run one at a time on tokio's blocking pool, never on the proxy's thread. A
+//! connection is only ever answered from a scan that began after it was accepted: its client
+//! socket was alive then, and no other socket can have held its address meanwhile.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
 
 /// The program behind a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,15 +34,33 @@ impl Program {
     }
 }
 
+/// What one scan found: for each TCP connection of the sandbox (client end, server end), the
+/// program that owns the client end (`None`: owners disagree or are gone).
+#[derive(Debug, Default)]
+struct Snapshot {
+    began: Option<Instant>,
+    owners: HashMap<(SocketAddr, SocketAddr), Option<Program>>,
+}
+
 /// Looks connections up among the processes below the sandbox's init.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct SocketOwners {
     init: libc::pid_t,
+    latest: Mutex<Arc<Snapshot>>,
+    /// Held while a scan runs: one at a time.
+    scanning: tokio::sync::Mutex<()>,
+    /// How many scans ran (the load tests count them).
+    pub scans: std::sync::atomic::AtomicUsize,
 }
 
 impl SocketOwners {
     pub fn new(init: libc::pid_t) -> Self {
-        SocketOwners { init }
+        SocketOwners {
+            init,
+            latest: Mutex::default(),
+            scanning: tokio::sync::Mutex::new(()),
+            scans: Default::default(),
+        }
     }
 
     /// The sandbox's init is the supervisor's only child.
@@ -47,26 +74,90 @@ impl SocketOwners {
         }
     }
 
-    /// The program that owns the client end `peer` of a connection to `local`.
-    pub fn identify(&self, peer: SocketAddr, local: SocketAddr) -> Option<Program> {
-        let net = PathBuf::from(format!("/proc/{}/net", self.init));
-        let inode = ["tcp", "tcp6"].iter().find_map(|t| {
-            let table = std::fs::read_to_string(net.join(t)).ok()?;
-            socket_inode(&table, peer, local)
-        })?;
-        let target = format!("socket:[{inode}]");
-        let mut owners = Vec::new();
-        for pid in descendants(self.init) {
-            if holds(pid, &target) {
-                owners.push(pid);
-            }
+    /// The program that owns the client end `peer` of a connection to `local`, accepted at
+    /// `accepted` (or before).
+    pub async fn identify(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        local: SocketAddr,
+        accepted: Instant,
+    ) -> Option<Program> {
+        let key = (canonical(peer), canonical(local));
+        if let Some(found) = self.answer(&key, accepted) {
+            return found;
         }
-        let programs: Vec<Program> = owners.iter().filter_map(|&pid| self.program(pid)).collect();
-        let first = programs.first()?;
-        if programs.len() != owners.len() || programs.iter().any(|p| p.exe != first.exe) {
+        let _one_at_a_time = self.scanning.lock().await;
+        // A scan that began after our accept may have finished while we waited.
+        if let Some(found) = self.answer(&key, accepted) {
+            return found;
+        }
+        let began = Instant::now();
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owners = self.clone();
+        let mut snapshot = tokio::task::spawn_blocking(move || owners.scan())
+            .await
+            .ok()?;
+        snapshot.began = Some(began);
+        let snapshot = Arc::new(snapshot);
+        if let Ok(mut latest) = self.latest.lock() {
+            *latest = snapshot.clone();
+        }
+        snapshot.owners.get(&key).cloned().flatten()
+    }
+
+    /// From the latest scan, if it began after `accepted`.
+    fn answer(&self, key: &(SocketAddr, SocketAddr), accepted: Instant) -> Option<Option<Program>> {
+        let latest = self.latest.lock().ok()?.clone();
+        if latest.began? < accepted {
             return None;
         }
-        Some(first.clone())
+        Some(latest.owners.get(key).cloned().flatten())
+    }
+
+    /// Every connected TCP socket of the sandbox and the program owning it.
+    fn scan(&self) -> Snapshot {
+        let net = PathBuf::from(format!("/proc/{}/net", self.init));
+        let mut by_inode: HashMap<u64, (SocketAddr, SocketAddr)> = HashMap::new();
+        for table in ["tcp", "tcp6"] {
+            if let Ok(text) = std::fs::read_to_string(net.join(table)) {
+                by_inode.extend(connections(&text).map(|(conn, inode)| (inode, conn)));
+            }
+        }
+        let mut holders: HashMap<u64, Vec<libc::pid_t>> = HashMap::new();
+        for pid in descendants(self.init) {
+            for inode in socket_inodes(pid) {
+                if by_inode.contains_key(&inode) {
+                    holders.entry(inode).or_default().push(pid);
+                }
+            }
+        }
+        let mut programs: HashMap<libc::pid_t, Option<Program>> = HashMap::new();
+        let mut owners = HashMap::new();
+        for (inode, pids) in holders {
+            let found: Vec<Option<Program>> = pids
+                .iter()
+                .map(|&pid| {
+                    programs
+                        .entry(pid)
+                        .or_insert_with(|| self.program(pid))
+                        .clone()
+                })
+                .collect();
+            let agreed = match found.first() {
+                Some(Some(first)) if found.iter().all(|p| p.as_ref() == Some(first)) => {
+                    Some(first.clone())
+                }
+                _ => None,
+            };
+            if let Some(conn) = by_inode.get(&inode) {
+                owners.insert(*conn, agreed);
+            }
+        }
+        Snapshot {
+            began: None,
+            owners,
+        }
     }
 
     fn program(&self, pid: libc::pid_t) -> Option<Program> {
@@ -82,21 +173,43 @@ impl SocketOwners {
     }
 }
 
+/// The connected sockets of a `/proc/net/tcp{,6}` table: ((local, remote), inode), addresses
+/// canonical (IPv4-mapped IPv6 as IPv4). Listening sockets are left out.
+fn connections(table: &str) -> impl Iterator<Item = ((SocketAddr, SocketAddr), u64)> + '_ {
+    table.lines().skip(1).filter_map(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.get(3) == Some(&"0A") {
+            return None;
+        }
+        let local = canonical(parse_addr(cols.get(1)?)?);
+        let remote = canonical(parse_addr(cols.get(2)?)?);
+        let inode: u64 = cols.get(9)?.parse().ok().filter(|&i: &u64| i != 0)?;
+        Some(((local, remote), inode))
+    })
+}
+
+/// The inodes of the sockets `pid` holds.
+fn socket_inodes(pid: libc::pid_t) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| {
+            let link = std::fs::read_link(fd.path()).ok()?;
+            let text = link.to_str()?;
+            text.strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 /// Find the inode of the socket whose local address is `client` and remote address `server`
 /// in a `/proc/net/tcp{,6}` table.
 pub fn socket_inode(table: &str, client: SocketAddr, server: SocketAddr) -> Option<u64> {
-    let client = canonical(client);
-    let server = canonical(server);
-    table.lines().skip(1).find_map(|line| {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        let local = parse_addr(cols.get(1)?)?;
-        let remote = parse_addr(cols.get(2)?)?;
-        if canonical(local) == client && canonical(remote) == server {
-            cols.get(9)?.parse().ok().filter(|&i: &u64| i != 0)
-        } else {
-            None
-        }
-    })
+    let wanted = (canonical(client), canonical(server));
+    connections(table).find_map(|(conn, inode)| (conn == wanted).then_some(inode))
 }
 
 fn canonical(a: SocketAddr) -> SocketAddr {
@@ -166,17 +279,6 @@ fn parent(pid: libc::pid_t) -> Option<libc::pid_t> {
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn holds(pid: libc::pid_t, target: &str) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .map(|l| l.as_os_str() == target)
-            .unwrap_or(false)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,10 +323,49 @@ mod tests {
             listener.local_addr().unwrap(),
         )
         .expect("our socket is in the table");
-        assert!(holds(me, &format!("socket:[{inode}]")));
+        assert!(socket_inodes(me).contains(&inode));
         assert_eq!(
             std::fs::read_link(format!("/proc/{me}/exe")).unwrap(),
             std::env::current_exe().unwrap()
         );
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_connections_is_answered_by_a_few_scans_off_the_proxy_thread() {
+        // This test process stands for the sandbox's processes: its parent plays the init.
+        // SAFETY: getppid cannot fail.
+        let parent = unsafe { libc::getppid() };
+        let owners = Arc::new(SocketOwners::new(parent));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = listener.local_addr().unwrap();
+        let mut clients = Vec::new();
+        let mut accepted = Vec::new();
+        for _ in 0..50 {
+            clients.push(tokio::net::TcpStream::connect(server).await.unwrap());
+            accepted.push(listener.accept().await.unwrap());
+        }
+        let at = Instant::now();
+        let lookups = accepted.iter().map(|(_, peer)| {
+            let owners = owners.clone();
+            let peer = *peer;
+            tokio::spawn(async move { owners.identify(peer, server, at).await })
+        });
+        let me = std::env::current_exe().unwrap();
+        for lookup in lookups.collect::<Vec<_>>() {
+            let program = lookup.await.unwrap().expect("identified");
+            assert_eq!(program.exe, me);
+        }
+        let scans = owners.scans.load(std::sync::atomic::Ordering::Relaxed);
+        assert!((1..=2).contains(&scans), "{scans} scans for 50 connections");
+        // A connection accepted after the last scan began is not answered from it.
+        let late = tokio::net::TcpStream::connect(server).await.unwrap();
+        let (_, peer) = listener.accept().await.unwrap();
+        let program = owners.identify(peer, server, Instant::now()).await;
+        assert_eq!(program.map(|p| p.exe), Some(me));
+        assert_eq!(
+            owners.scans.load(std::sync::atomic::Ordering::Relaxed),
+            scans + 1
+        );
+        drop(late);
     }
 }

@@ -258,7 +258,7 @@ pub fn start(
     // Rules with `binaries` need to know which program connected; the sandbox's init is our
     // only child. Without it, such rules match nothing (fail closed).
     if let Some(owners) = SocketOwners::of_only_child() {
-        proxy.identify = Some(Box::new(move |peer, local| owners.identify(peer, local)));
+        proxy.identify = Some(Arc::new(owners));
     }
     Ok(crate::supervisor::OnDemand {
         fds: raw,

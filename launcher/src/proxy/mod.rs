@@ -20,6 +20,7 @@ pub mod http_tunnel;
 pub mod identify;
 pub mod inspect;
 pub mod launch;
+pub mod load;
 pub mod matcher;
 pub mod request_path;
 pub mod resolve;
@@ -39,16 +40,14 @@ use events::EventSink;
 use identify::Program;
 use resolve::Resolver;
 
-/// Names the program behind a client connection (from its peer and local addresses), when it can.
-pub type Identify = dyn Fn(SocketAddr, SocketAddr) -> Option<Program> + Send + Sync;
-
 /// Everything a connection handler needs; shared by all of them.
 pub struct Proxy {
     pub decider: Decider,
     pub resolver: Resolver,
     /// Shared with the launcher, which writes the sandbox's lifecycle to the same stream.
     pub events: Arc<EventSink>,
-    pub identify: Option<Box<Identify>>,
+    /// Names the program behind a client connection, when it can.
+    pub identify: Option<Arc<identify::SocketOwners>>,
     /// TLS inspection for `protocol: rest` endpoints reached through CONNECT.
     pub inspector: Option<Arc<inspect::Inspector>>,
     /// Placeholders to swap for real values (`crate::credentials`).
@@ -56,6 +55,8 @@ pub struct Proxy {
     /// The DNS stub's answers (transparent egress).
     pub stand_ins: dns::StandIns,
     pub timeouts: Timeouts,
+    /// Connections held, for giving memory back after a burst.
+    pub load: load::Load,
 }
 
 /// How long the proxy waits for clients.
@@ -88,15 +89,21 @@ impl Proxy {
             credentials: None,
             stand_ins: dns::StandIns::default(),
             timeouts: Timeouts::default(),
+            load: load::Load::default(),
         }
     }
 
     /// Only looked up when some rule depends on it or the events stream records it.
-    fn binary_of(&self, peer: SocketAddr, local: Option<SocketAddr>) -> Option<Program> {
+    /// Call right after the accept (see `SocketOwners::identify`).
+    async fn binary_of(&self, peer: SocketAddr, local: Option<SocketAddr>) -> Option<Program> {
         if !self.decider.needs_binary() && !self.events.is_active() {
             return None;
         }
-        self.identify.as_ref().and_then(|f| f(peer, local?))
+        let accepted = tokio::time::Instant::now();
+        self.identify
+            .as_ref()?
+            .identify(peer, local?, accepted)
+            .await
     }
 }
 
@@ -146,6 +153,10 @@ pub async fn serve(
     proxy: Arc<Proxy>,
 ) -> Result<()> {
     let mut tasks = Vec::new();
+    let trimmer = proxy.clone();
+    tasks.push(tokio::spawn(async move {
+        trimmer.load.give_back_after_bursts().await
+    }));
     if let Some(socket) = dns {
         socket
             .set_nonblocking(true)
@@ -214,7 +225,12 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(handle(stream, peer, proxy.clone()));
+        let handled = handle(stream, peer, proxy.clone());
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let _held = proxy.load.hold();
+            handled.await
+        });
     }
 }
 
@@ -311,16 +327,27 @@ pub(crate) mod testing {
         pins: &[(&str, &str)],
         events: EventSink,
     ) -> (SocketAddr, SocketAddr) {
+        proxy_timed(domains, pins, events, Timeouts::default()).await
+    }
+
+    /// `proxy`, with these timeouts.
+    pub async fn proxy_timed(
+        domains: &[&str],
+        pins: &[(&str, &str)],
+        events: EventSink,
+        timeouts: Timeouts,
+    ) -> (SocketAddr, SocketAddr) {
         let resolver = Resolver::offline(
             pins.iter()
                 .map(|(h, a)| (h.to_string(), a.parse().unwrap()))
                 .collect(),
         );
-        let proxy = Proxy::new(
+        let mut proxy = Proxy::new(
             Decider::from_policy(&allowing(domains)).unwrap(),
             resolver,
             events,
         );
+        proxy.timeouts = timeouts;
         let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let socks = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addrs = (http.local_addr().unwrap(), socks.local_addr().unwrap());
@@ -332,6 +359,9 @@ pub(crate) mod testing {
         addrs
     }
 }
+
+#[cfg(test)]
+mod slow_clients;
 
 #[cfg(test)]
 mod tests {

@@ -43,7 +43,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
     let (request, early) = match target {
         Ok(Ok(Handshake::Request(r, early))) => (r, early),
         Ok(Ok(Handshake::Malformed(why))) => {
-            let binary = proxy.binary_of(peer, client.local_addr().ok());
+            let binary = proxy.binary_of(peer, client.local_addr().ok()).await;
             proxy.events.malformed("socks5", &why, binary.as_ref());
             return Ok(());
         }
@@ -51,7 +51,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         Ok(Err(e)) => return Err(e),
     };
     let Request { host, port } = request;
-    let binary = proxy.binary_of(peer, client.local_addr().ok());
+    let binary = proxy.binary_of(peer, client.local_addr().ok()).await;
     let mut decision = proxy
         .decider
         .decide(&host, port, binary.as_ref(), Channel::Tunnel);
@@ -293,6 +293,8 @@ async fn reply(client: &mut TcpStream, code: u8, bound: Option<SocketAddr>) -> s
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::proxy::events::EventSink;
     use crate::proxy::testing;
@@ -405,6 +407,75 @@ mod tests {
         .await;
         let (code, _) = socks_connect(socks, Target::Name("svc.corp.test"), up.port()).await;
         assert_eq!(code, NOT_ALLOWED);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_name_is_refused_with_an_event() {
+        let path = std::env::temp_dir().join(format!("sl-socks-events-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let (_, socks) = testing::proxy(
+            &["allowed.test"],
+            &[],
+            EventSink::open(path.to_str().unwrap()).unwrap(),
+        )
+        .await;
+        for name in [&b"a\x00b.test"[..], b"\xff\xfe", b"allowed.test "] {
+            let mut s = TcpStream::connect(socks).await.unwrap();
+            s.write_all(&[5, 1, 0]).await.unwrap();
+            let mut choice = [0u8; 2];
+            s.read_exact(&mut choice).await.unwrap();
+            let mut req = vec![5, 1, 0, 3, name.len() as u8];
+            req.extend_from_slice(name);
+            req.extend_from_slice(&80u16.to_be_bytes());
+            s.write_all(&req).await.unwrap();
+            let mut reply = [0u8; 10];
+            s.read_exact(&mut reply).await.unwrap();
+            assert!(
+                reply[1] == NOT_ALLOWED || reply[1] == GENERAL_FAILURE,
+                "{reply:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let log = std::fs::read_to_string(&path).unwrap();
+        let events: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(events.len(), 3, "{log}");
+        for e in &events {
+            assert_eq!(e["protocol"], "socks5");
+            assert_eq!(e["decision"], "deny");
+            assert!(
+                e["reason"].as_str().unwrap().contains("SOCKS5 host name"),
+                "{e}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn requests_parse_from_bytes_as_they_arrive() {
+        let mut req = vec![5, 1, 0, 3, 12];
+        req.extend_from_slice(b"Allowed.Test");
+        req.extend_from_slice(&443u16.to_be_bytes());
+        for end in 0..req.len() {
+            assert_eq!(request(&req[..end]), Step::More, "prefix {end}");
+        }
+        let want = Request {
+            host: Host::parse("allowed.test").unwrap(),
+            port: 443,
+        };
+        assert_eq!(request(&req), Step::Done(want, req.len()));
+        assert_eq!(greeting(&[5, 2, 2, 0, 9]), Step::Done(true, 4));
+        assert!(matches!(greeting(&[4, 1, 0]), Step::Refuse(None, _)));
+        assert!(matches!(
+            request(&[5, 2, 0, 1, 1, 2, 3, 4, 0, 80]),
+            Step::Refuse(Some(COMMAND_NOT_SUPPORTED), _)
+        ));
+        assert!(matches!(
+            request(&[5, 1, 0, 9, 0]),
+            Step::Refuse(Some(ADDRESS_TYPE_NOT_SUPPORTED), _)
+        ));
     }
 
     #[tokio::test]

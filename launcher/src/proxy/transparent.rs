@@ -32,7 +32,7 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
         return super::tunnel::reset(client);
     };
     // The program's socket is connected (as it sees it) to the original destination.
-    let binary = proxy.binary_of(peer, Some(SocketAddr::V4(orig)));
+    let binary = proxy.binary_of(peer, Some(SocketAddr::V4(orig))).await;
     let (ip, port) = (IpAddr::V4(*orig.ip()), orig.port());
     let (mut decision, address, early) = match stand_in(proxy, ip) {
         // A name the DNS stub gave: decided on now; what the client asks for is checked as it
