@@ -556,3 +556,45 @@ print("{label}", banner, f.readline().decode().strip())
         }
     }
 }
+
+#[test]
+fn an_unreachable_server_is_an_error_event_not_a_denial() {
+    // An allowed name whose server is not listening: the program sees its connection reset; the
+    // events record the allow decision and a `network_error`, never a `deny`.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    for caller in CALLERS {
+        let work = TempDir::new("egress-unreachable");
+        let ev = work.join("events.jsonl");
+        let script = raw_get("dead", "allowed.test", port, "/x", "allowed.test");
+        let out = sh(
+            caller,
+            &work.path,
+            &allow_opts(ev.to_str().unwrap()),
+            &script,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("dead=reset") || text.contains("dead=eof"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let evs = events(&ev);
+        let transparent: Vec<_> = evs
+            .iter()
+            .filter(|e| e["protocol"] == "transparent")
+            .collect();
+        assert!(
+            transparent.iter().any(|e| e["event"] == "network_error"
+                && e["host"] == "allowed.test"
+                && e["error"].as_str().unwrap_or("").contains("cannot connect")),
+            "{evs:#?}"
+        );
+        assert!(
+            transparent.iter().all(|e| e["decision"] != "deny"),
+            "{evs:#?}"
+        );
+    }
+}
