@@ -20,7 +20,8 @@ pub enum FromShim {
     /// A best-effort downgrade or another remark the user must see.
     Warning { text: String },
     /// The proxy listeners, as SCM_RIGHTS, in the order of `NetworkSpec::Restricted::listen_ports`;
-    /// with `transparent`, followed by the transparent listener and the DNS stub's socket.
+    /// with `transparent`, followed by the transparent listener and the DNS stub's socket; then,
+    /// when the kernel gave one, a netlink `sock_diag` socket of the sandbox's namespace.
     Listeners { transparent: bool },
     /// Every layer is in force; the facts checked from inside.
     Verified { facts: serde_json::Value },

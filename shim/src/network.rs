@@ -59,3 +59,21 @@ pub fn dns_socket(port: u16) -> Result<UdpSocket, StepError> {
         .map_err(|e| format!("DNS stub: bind 127.0.0.1:{port} (udp) inside the sandbox: {e}"))
         .at(Step::Network)
 }
+
+/// A netlink `sock_diag` socket of this network namespace, for the supervisor's proxy: it asks
+/// the kernel which socket a connection comes from without reading the whole TCP table.
+pub fn sock_diag() -> std::io::Result<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments; the descriptor is ours.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}

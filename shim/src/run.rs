@@ -216,6 +216,10 @@ fn setup_network(sync: RawFd, spec: &SandboxSpec) -> Result<bool, StepError> {
             if let Some((tcp, dns)) = &extra {
                 fds.extend([tcp.as_raw_fd(), dns.as_raw_fd()]);
             }
+            // Last, when the kernel gives one: a sock_diag socket of this namespace, with which
+            // the proxy finds the socket behind a connection by its addresses.
+            let diag = network::sock_diag().ok();
+            fds.extend(diag.as_ref().map(|d| d.as_raw_fd()));
             let msg = FromShim::Listeners {
                 transparent: extra.is_some(),
             };

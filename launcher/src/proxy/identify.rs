@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
+use super::sock_diag::SockDiag;
+
 /// The program behind a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program {
@@ -34,18 +36,26 @@ impl Program {
     }
 }
 
-/// What one scan found: for each TCP connection of the sandbox (client end, server end), the
-/// program that owns the client end (`None`: owners disagree or are gone).
+/// What one scan found.
 #[derive(Debug, Default)]
 struct Snapshot {
     began: Option<Instant>,
-    owners: HashMap<(SocketAddr, SocketAddr), Option<Program>>,
+    /// Without `sock_diag`: (client end, server end) -> socket inode, from the TCP tables.
+    conns: HashMap<(SocketAddr, SocketAddr), u64>,
+    /// Socket inode -> the program owning it (`None`: its owners disagree).
+    programs: HashMap<u64, Option<Program>>,
 }
+
+/// Scans start at most this often: under a sustained load every scan answers for all the
+/// connections that arrived since the last one, and the scanning stays a fraction of a core.
+const MIN_GAP: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Looks connections up among the processes below the sandbox's init.
 #[derive(Debug)]
 pub struct SocketOwners {
     init: libc::pid_t,
+    /// Finds one socket's inode by its addresses; without it the TCP tables are read.
+    diag: Option<SockDiag>,
     latest: Mutex<Arc<Snapshot>>,
     /// Held while a scan runs: one at a time.
     scanning: tokio::sync::Mutex<()>,
@@ -54,9 +64,10 @@ pub struct SocketOwners {
 }
 
 impl SocketOwners {
-    pub fn new(init: libc::pid_t) -> Self {
+    pub fn new(init: libc::pid_t, diag: Option<SockDiag>) -> Self {
         SocketOwners {
             init,
+            diag,
             latest: Mutex::default(),
             scanning: tokio::sync::Mutex::new(()),
             scans: Default::default(),
@@ -64,12 +75,12 @@ impl SocketOwners {
     }
 
     /// The sandbox's init is the supervisor's only child.
-    pub fn of_only_child() -> Option<Self> {
+    pub fn of_only_child(diag: Option<SockDiag>) -> Option<Self> {
         // SAFETY: getpid cannot fail.
         let me = unsafe { libc::getpid() };
         let children = children(me);
         match children.as_slice() {
-            [only] => Some(Self::new(*only)),
+            [only] => Some(Self::new(*only, diag)),
             _ => None,
         }
     }
@@ -83,13 +94,25 @@ impl SocketOwners {
         accepted: Instant,
     ) -> Option<Program> {
         let key = (canonical(peer), canonical(local));
-        if let Some(found) = self.answer(&key, accepted) {
+        let inode = match &self.diag {
+            Some(diag) => match diag.inode(key.0, key.1) {
+                Ok(Some(inode)) => Some(inode),
+                Ok(None) => return None,
+                Err(_) => None,
+            },
+            None => None,
+        };
+        if let Some(found) = self.answer(inode, &key, accepted) {
             return found;
         }
         let _one_at_a_time = self.scanning.lock().await;
         // A scan that began after our accept may have finished while we waited.
-        if let Some(found) = self.answer(&key, accepted) {
+        if let Some(found) = self.answer(inode, &key, accepted) {
             return found;
+        }
+        let previous = self.latest.lock().ok()?.began;
+        if let Some(previous) = previous {
+            tokio::time::sleep_until(previous + MIN_GAP).await;
         }
         let began = Instant::now();
         self.scans
@@ -99,46 +122,64 @@ impl SocketOwners {
             .await
             .ok()?;
         snapshot.began = Some(began);
-        let snapshot = Arc::new(snapshot);
         if let Ok(mut latest) = self.latest.lock() {
-            *latest = snapshot.clone();
+            *latest = Arc::new(snapshot);
         }
-        snapshot.owners.get(&key).cloned().flatten()
+        self.answer(inode, &key, accepted).flatten()
     }
 
-    /// From the latest scan, if it began after `accepted`.
-    fn answer(&self, key: &(SocketAddr, SocketAddr), accepted: Instant) -> Option<Option<Program>> {
+    /// From the latest scan: by inode from any scan (socket inodes are not reused while the
+    /// socket lives), by addresses only from a scan that began after `accepted`.
+    fn answer(
+        &self,
+        inode: Option<u64>,
+        key: &(SocketAddr, SocketAddr),
+        accepted: Instant,
+    ) -> Option<Option<Program>> {
         let latest = self.latest.lock().ok()?.clone();
-        if latest.began? < accepted {
-            return None;
+        let fresh = latest.began? >= accepted;
+        let inode = match inode {
+            Some(inode) => inode,
+            None if fresh => match latest.conns.get(key) {
+                Some(inode) => *inode,
+                None => return Some(None),
+            },
+            None => return None,
+        };
+        match latest.programs.get(&inode) {
+            Some(program) => Some(program.clone()),
+            None if fresh => Some(None),
+            None => None,
         }
-        Some(latest.owners.get(key).cloned().flatten())
     }
 
-    /// Every connected TCP socket of the sandbox and the program owning it.
+    /// Every socket of the sandbox's processes and the program owning it.
     fn scan(&self) -> Snapshot {
-        let net = PathBuf::from(format!("/proc/{}/net", self.init));
-        let mut by_inode: HashMap<u64, (SocketAddr, SocketAddr)> = HashMap::new();
-        for table in ["tcp", "tcp6"] {
-            if let Ok(text) = std::fs::read_to_string(net.join(table)) {
-                by_inode.extend(connections(&text).map(|(conn, inode)| (inode, conn)));
+        let mut conns = HashMap::new();
+        if self.diag.is_none() {
+            let net = PathBuf::from(format!("/proc/{}/net", self.init));
+            for table in ["tcp", "tcp6"] {
+                if let Ok(text) = std::fs::read_to_string(net.join(table)) {
+                    conns.extend(connections(&text));
+                }
             }
         }
+        let wanted: HashSet<u64> = conns.values().copied().collect();
         let mut holders: HashMap<u64, Vec<libc::pid_t>> = HashMap::new();
         for pid in descendants(self.init) {
             for inode in socket_inodes(pid) {
-                if by_inode.contains_key(&inode) {
+                if self.diag.is_some() || wanted.contains(&inode) {
                     holders.entry(inode).or_default().push(pid);
                 }
             }
         }
-        let mut programs: HashMap<libc::pid_t, Option<Program>> = HashMap::new();
-        let mut owners = HashMap::new();
+        let mut by_pid: HashMap<libc::pid_t, Option<Program>> = HashMap::new();
+        let mut programs = HashMap::new();
         for (inode, pids) in holders {
             let found: Vec<Option<Program>> = pids
                 .iter()
                 .map(|&pid| {
-                    programs
+                    by_pid
                         .entry(pid)
                         .or_insert_with(|| self.program(pid))
                         .clone()
@@ -150,13 +191,12 @@ impl SocketOwners {
                 }
                 _ => None,
             };
-            if let Some(conn) = by_inode.get(&inode) {
-                owners.insert(*conn, agreed);
-            }
+            programs.insert(inode, agreed);
         }
         Snapshot {
             began: None,
-            owners,
+            conns,
+            programs,
         }
     }
 
@@ -178,7 +218,8 @@ impl SocketOwners {
 fn connections(table: &str) -> impl Iterator<Item = ((SocketAddr, SocketAddr), u64)> + '_ {
     table.lines().skip(1).filter_map(|line| {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.get(3) == Some(&"0A") {
+        // LISTEN and TIME_WAIT sockets have no program behind them.
+        if matches!(cols.get(3), Some(&"0A") | Some(&"06")) {
             return None;
         }
         let local = canonical(parse_addr(cols.get(1)?)?);
@@ -332,10 +373,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_of_connections_is_answered_by_a_few_scans_off_the_proxy_thread() {
+        for diag in [false, true] {
+            burst(diag).await;
+        }
+    }
+
+    async fn burst(diag: bool) {
         // This test process stands for the sandbox's processes: its parent plays the init.
         // SAFETY: getppid cannot fail.
         let parent = unsafe { libc::getppid() };
-        let owners = Arc::new(SocketOwners::new(parent));
+        let diag = diag.then(|| SockDiag::new(shim::network::sock_diag().unwrap()));
+        let owners = Arc::new(SocketOwners::new(parent, diag));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = listener.local_addr().unwrap();
         let mut clients = Vec::new();

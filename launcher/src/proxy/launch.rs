@@ -14,6 +14,7 @@ use super::events::EventSink;
 use super::identify::SocketOwners;
 use super::inspect::Inspector;
 use super::resolve::{parse_override, Resolver};
+use super::sock_diag::SockDiag;
 use super::{proxy_env, Protocol, Proxy, DNS_PORT, LISTENERS, TRANSPARENT_PORT};
 use crate::policy::model::{NetworkPolicy, Source, Sourced};
 use shim::spec::{Access, LandlockRule, MountOp, MountPlan, Transparent};
@@ -236,12 +237,12 @@ pub fn start(
     transparent: bool,
 ) -> Result<crate::supervisor::OnDemand> {
     let expected = LISTENERS.len() + if transparent { 2 } else { 0 };
-    if fds.len() != expected {
-        bail!(
-            "the sandbox handed over {} proxy sockets, expected {expected}",
-            fds.len(),
-        );
-    }
+    // The shim's sock_diag socket follows, when it could make one.
+    let diag = match fds.len() {
+        n if n == expected + 1 => fds.pop().map(SockDiag::new),
+        n if n == expected => None,
+        n => bail!("the sandbox handed over {n} proxy sockets, expected {expected}"),
+    };
     let raw: Vec<std::os::fd::RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let extra = fds.split_off(LISTENERS.len());
     let mut listeners: Vec<(Protocol, std::net::TcpListener)> = LISTENERS
@@ -257,7 +258,7 @@ pub fn start(
     }
     // Rules with `binaries` need to know which program connected; the sandbox's init is our
     // only child. Without it, such rules match nothing (fail closed).
-    if let Some(owners) = SocketOwners::of_only_child() {
+    if let Some(owners) = SocketOwners::of_only_child(diag) {
         proxy.identify = Some(Arc::new(owners));
     }
     Ok(crate::supervisor::OnDemand {

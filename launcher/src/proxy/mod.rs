@@ -25,6 +25,7 @@ pub mod matcher;
 pub mod request_path;
 pub mod resolve;
 mod rules;
+pub mod sock_diag;
 pub mod socks5;
 pub mod transparent;
 pub mod tunnel;
