@@ -13,6 +13,7 @@ use crate::cli::{EgressArg, SandboxArgs};
 use crate::credentials::{self, Credentials};
 use crate::layout::{self, HostContext};
 use crate::namespaces::Identity;
+use crate::persistence;
 use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
 use crate::proxy::events::EventSink;
@@ -37,6 +38,8 @@ pub struct Prepared {
     pub attached: Vec<std::os::fd::OwnedFd>,
     /// The launcher holds credentials' real values: it turns non-dumpable after the clone.
     pub holds_secrets: bool,
+    /// The agents' state: what is merged back when the sandbox ends (`~/.claude.json`).
+    pub agents: persistence::agents::AgentState,
 }
 
 fn policy_error(e: anyhow::Error) -> StepError {
@@ -220,7 +223,7 @@ pub fn prepare(
     argv: Vec<String>,
     events: Arc<EventSink>,
 ) -> Result<Prepared, StepError> {
-    let (policy, cwd) = load_policy(args)?;
+    let (mut policy, cwd) = load_policy(args)?;
     let mut warnings = policy.warnings.clone();
     // Not said anywhere: restricted, with only what the policy allows (nothing, by default).
     let network = policy.network.mode.unwrap_or(NetworkMode::Restricted);
@@ -232,6 +235,15 @@ pub fn prepare(
     );
     let run_as = identity(&policy, &mut env, &mut warnings)?;
     let identity = run_as.identity;
+    let agent_home = program_home(&policy, &run_as, &env, &cwd);
+    let agents = agent_state(
+        &mut policy,
+        agent_home.as_deref(),
+        &mut env,
+        argv.first(),
+        args.verbose,
+        &mut warnings,
+    );
     let credentials = Credentials::from_policy(
         &policy.runtime.credentials,
         network,
@@ -288,6 +300,8 @@ pub fn prepare(
     }
     let ctx = host_context(cwd.clone());
     let mut layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
+    let moved = persistence::agents::moved_rules(&agents, &layout.persist.rules);
+    layout.persist.rules.extend(moved);
     if resolver_conf {
         proxy::launch::bind_resolv_conf(&mut layout.mounts, &mut layout.landlock);
     }
@@ -305,14 +319,6 @@ pub fn prepare(
     } else {
         Vec::new()
     };
-    for p in &layout.unprotected_missing {
-        if args.verbose > 0 {
-            eprintln!(
-                "sandbox-launch: note: {} does not exist and cannot be protected without creating it",
-                p.display()
-            );
-        }
-    }
     let spec = SandboxSpec {
         argv,
         env,
@@ -357,7 +363,90 @@ pub fn prepare(
         proxy: restricted_proxy,
         attached,
         holds_secrets: credentials.is_some(),
+        agents,
     })
+}
+
+/// The home directory the program will have: the caller's, except when started as root with a
+/// caller's HOME the policy does not make writable (see `root_start`): then the sandbox user's.
+fn program_home(
+    policy: &Policy,
+    run_as: &RunAs,
+    env: &[(String, String)],
+    cwd: &Path,
+) -> Option<PathBuf> {
+    let caller = env
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| PathBuf::from(v));
+    if !run_as.identity.switch_from_root {
+        return caller;
+    }
+    let writable = |h: &Path| {
+        let Ok(h) = std::fs::canonicalize(h) else {
+            return false;
+        };
+        h.starts_with(cwd)
+            || policy
+                .filesystem
+                .read_write
+                .iter()
+                .filter_map(|s| std::fs::canonicalize(&s.value).ok())
+                .any(|w| h.starts_with(w))
+    };
+    match caller {
+        Some(h) if writable(&h) => Some(h),
+        _ => run_as.home.as_deref().map(PathBuf::from),
+    }
+}
+
+/// The agents' state directories become writable (in host-readable mode), the launched
+/// agent's is created when missing, and Claude Code works on a copy of `~/.claude.json` (see
+/// `persistence::agents`).
+fn agent_state(
+    policy: &mut Policy,
+    home: Option<&Path>,
+    env: &mut Vec<(String, String)>,
+    program: Option<&String>,
+    verbose: u8,
+    warnings: &mut Vec<String>,
+) -> persistence::agents::AgentState {
+    use crate::policy::model::{FsMode, Source, Sourced};
+    if policy.filesystem.mode != FsMode::HostReadable {
+        return Default::default();
+    }
+    let state = persistence::agents::plan(
+        home,
+        &|v| std::env::var(v).ok(),
+        program.map(String::as_str).unwrap_or_default(),
+    );
+    for d in &state.created {
+        if verbose > 0 {
+            eprintln!(
+                "sandbox-launch: created {} (the agent's state directory) on the host",
+                d.display()
+            );
+        }
+    }
+    for d in &state.dirs {
+        policy
+            .filesystem
+            .read_write
+            .push(Sourced::new(d.clone(), Source::Default));
+    }
+    if let Some(c) = &state.claude {
+        if let Err(e) = c.seed() {
+            warnings.push(format!(
+                "{}: cannot make the sandbox's copy ({e}); Claude Code keeps no state of \
+                 {} in this run",
+                c.copy.display(),
+                c.host.display()
+            ));
+        }
+    }
+    env.retain(|(k, _)| !state.env.iter().any(|(n, _)| n == k));
+    env.extend(state.env.iter().cloned());
+    state
 }
 
 /// What the layout depends on of this host and this caller.
@@ -384,7 +473,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         "argv": argv,
         "launcher_pid": std::process::id(),
     }));
-    let prepared = match prepare(args, argv, events) {
+    let mut prepared = match prepare(args, argv, events) {
         Ok(p) => p,
         Err(e) => return supervisor::fail(&mut status, &e),
     };
@@ -401,6 +490,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
     }
     let new_net = prepared.network != NetworkMode::Full;
     let watch = prepared.unprotected_missing.clone();
+    let agents = std::mem::take(&mut prepared.agents);
     let limits = &prepared.policy.runtime.limits;
     let timeout = limits.timeout.as_ref().map(|t| t.value);
     let birth = match limits::make_cgroups(limits, &mut status, args.verbose) {
@@ -424,7 +514,26 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         limits::finish_cgroups(c, &mut status);
     }
     report_created(&watch, &mut status);
+    merge_agent_state(&agents, &mut status);
     code
+}
+
+/// Claude Code's copy of `~/.claude.json` goes back, without what names commands.
+fn merge_agent_state(agents: &persistence::agents::AgentState, status: &mut StatusSink) {
+    let Some(c) = &agents.claude else { return };
+    let text = match c.merge_back() {
+        Ok(dropped) if dropped.is_empty() => return,
+        Ok(dropped) => format!(
+            "{}: changes made inside to {} were not kept (they can run commands on the host: \
+             make them outside the sandbox): {}",
+            c.host.display(),
+            dropped.len(),
+            dropped.join(", ")
+        ),
+        Err(e) => format!("Claude Code's state was not merged back: {e}"),
+    };
+    eprintln!("sandbox-launch: warning: {text}");
+    status.emit(json!({"status": "warning", "warning": text}));
 }
 
 /// `--json-status-fd` and `--events`; the events stream also gets every status line (the

@@ -2,6 +2,7 @@
 //! the sandbox enforces — the create guard's rules (in the spec) and, for what exists at launch,
 //! read-only binds as a second, kernel-enforced layer.
 
+pub mod agents;
 pub mod binds;
 pub mod describe;
 mod git_paths;
@@ -95,8 +96,20 @@ pub fn named_at_launch(roots: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
 /// the layout it plans: nothing is mounted or started). A layout that cannot be planned (a path
 /// the launch needs is missing) is said, not an error of the policy.
 pub fn check(args: &crate::cli::SandboxArgs) -> Result<String, shim::channel::StepError> {
-    let (policy, cwd) = crate::sandbox::load_policy(args)?;
+    let (mut policy, cwd) = crate::sandbox::load_policy(args)?;
     let ctx = crate::sandbox::host_context(cwd);
+    if policy.filesystem.mode == crate::policy::model::FsMode::HostReadable {
+        let state = agents::plan(ctx.home.as_deref(), &|v| std::env::var(v).ok(), "");
+        for d in state.dirs {
+            policy
+                .filesystem
+                .read_write
+                .push(crate::policy::model::Sourced::new(
+                    d,
+                    crate::policy::model::Source::Default,
+                ));
+        }
+    }
     Ok(match crate::layout::plan(&policy, &ctx) {
         Ok(layout) => describe::describe(&layout.protections, ctx.home.as_deref()),
         Err(e) => format!("persistence: not planned: a launch would stop here: {e:#}\n"),
