@@ -297,8 +297,42 @@ pub fn command_with(program: &Path, caller: Caller, cwd: &Path, args: &[&str]) -
     };
     cmd.args(args).current_dir(cwd).stdin(Stdio::null());
     cmd.env("HOME", cwd);
-    cmd.env_remove("XDG_RUNTIME_DIR");
+    cmd.env("XDG_RUNTIME_DIR", runtime_dir(caller));
     cmd
+}
+
+/// A private `XDG_RUNTIME_DIR` per test process and caller, never the invoker's own: the
+/// sandboxes' control sockets go there (a launcher that a test kills leaves its socket behind),
+/// and it is removed with the stage directory when the test process exits.
+pub fn runtime_dir(caller: Caller) -> PathBuf {
+    let uid = if caller == Caller::Unprivileged && is_root() {
+        NOBODY
+    } else {
+        // SAFETY: getuid cannot fail.
+        unsafe { libc::getuid() }
+    };
+    let dir = stage_dir().join(format!("run-{uid}"));
+    // Made whole (owner, mode) before another thread of the tests may use it.
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = std::fs::create_dir(&dir) {
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        return dir;
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    // The launchers' control directory, made here so that a test injecting mkdir failures
+    // fails only what it aims at.
+    let control = dir.join("sandbox-launch");
+    std::fs::create_dir(&control).expect("create the control directory");
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    if is_root() {
+        for d in [&dir, &control] {
+            let c = std::ffi::CString::new(d.to_str().expect("UTF-8 path")).expect("no NUL");
+            // SAFETY: chown of a directory we just created, with a valid C string.
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), uid, uid) }, 0, "chown");
+        }
+    }
+    dir
 }
 
 /// Run `sh -c script` in the sandbox (extra launcher options first) and collect the output.

@@ -63,6 +63,34 @@ pub enum Command {
         #[command(flatten)]
         sandbox: SandboxArgs,
     },
+    /// List this user's running sandboxes: id, name, pid, program, mode, pending prompts,
+    /// denials. Control sockets left by launchers that were killed are removed.
+    Ps {
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a sandbox: SIGTERM to its program, SIGKILL to everything inside after the grace.
+    Stop {
+        /// The sandbox's id or name (`sandbox-launch ps`).
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+        /// Seconds between SIGTERM and SIGKILL.
+        #[arg(long, value_name = "S", default_value_t = crate::control::protocol::default_grace())]
+        grace: f64,
+    },
+    /// Print a sandbox's recent events (lifecycle, denials, prompts, reloads); with --follow,
+    /// every event as it happens until the sandbox ends.
+    Events {
+        /// The sandbox's id or name (`sandbox-launch ps`).
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+        #[arg(short, long)]
+        follow: bool,
+        /// The JSON Lines the sandbox sends, as `--events` writes them.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -182,9 +210,13 @@ pub struct SandboxArgs {
     /// default) or start without it, reported (`best_effort`).
     #[arg(long, value_enum, value_name = "MODE")]
     pub limits_compatibility: Option<CompatArg>,
-    /// More output on stderr (the verified facts, planned mounts).
+    /// More output on stderr (the verified facts, planned mounts; at exit, the denied requests).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// A name for this sandbox, unique among the user's running ones (`sandbox-launch ps`,
+    /// `stop NAME`, `prompt NAME`, ...); without it, its id.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,6 +2,7 @@
 //! fuzz targets (`fuzz/`, outside the workspace) call the parsers through it.
 
 pub mod cli;
+pub mod control;
 pub mod credentials;
 pub mod doctor;
 pub mod environment;

@@ -2,7 +2,7 @@
 //! Linux sandbox. See README.md and DESIGN.md.
 
 use clap::Parser;
-use sandbox_launch::{cli, doctor, login, persistence, policy, sandbox};
+use sandbox_launch::{cli, control, doctor, login, persistence, policy, sandbox};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -11,10 +11,14 @@ fn main() {
         None => cli::Cli::parse(),
     };
     let code = match cli.command {
-        cli::Command::WholeProcess { sandbox, command } => sandbox::run(&sandbox, command),
-        cli::Command::PerCommand { sandbox, command } => {
-            sandbox::run(&sandbox, vec!["/bin/sh".into(), "-c".into(), command])
+        cli::Command::WholeProcess { sandbox, command } => {
+            sandbox::run(&sandbox, command, "whole-process")
         }
+        cli::Command::PerCommand { sandbox, command } => sandbox::run(
+            &sandbox,
+            vec!["/bin/sh".into(), "-c".into(), command],
+            "per-command",
+        ),
         cli::Command::Doctor { json, sandbox } => doctor::run(json, &sandbox),
         cli::Command::Check { sandbox } => match sandbox::load_policy(&sandbox)
             .and_then(|(policy, _)| Ok((policy, persistence::check(&sandbox)?)))
@@ -29,6 +33,13 @@ fn main() {
                 e.0.step.exit_code()
             }
         },
+        cli::Command::Ps { json } => control::commands::ps(json),
+        cli::Command::Stop { target, grace } => control::commands::stop(&target, grace),
+        cli::Command::Events {
+            target,
+            follow,
+            json,
+        } => control::commands::events(&target, follow, json),
     };
     std::process::exit(code);
 }

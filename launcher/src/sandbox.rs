@@ -18,7 +18,7 @@ use crate::policy::model::{LandlockCompat, NetworkMode, Policy};
 use crate::policy::{self, LoadRequest};
 use crate::proxy::events::EventSink;
 use crate::status::StatusSink;
-use crate::{environment, idmap, limits, proxy, supervisor, users};
+use crate::{control, environment, idmap, limits, proxy, supervisor, users};
 
 /// Everything decided before the clone.
 pub struct Prepared {
@@ -459,10 +459,17 @@ pub fn host_context(cwd: PathBuf) -> HostContext {
     }
 }
 
-/// `whole-process` and `per-command`.
-pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
+/// `whole-process` and `per-command` (`kind`).
+pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     let (mut status, events) = match sinks(args) {
         Ok(s) => s,
+        Err(e) => {
+            eprintln!("sandbox-launch: {e:#}");
+            return 2;
+        }
+    };
+    let mut registration = match control::register(args) {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("sandbox-launch: {e:#}");
             return 2;
@@ -472,11 +479,16 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         "event": "launch",
         "argv": argv,
         "launcher_pid": std::process::id(),
+        "id": registration.as_ref().map(|r| &r.id),
+        "name": args.name,
     }));
-    let mut prepared = match prepare(args, argv, events) {
+    let mut prepared = match prepare(args, argv.clone(), events.clone()) {
         Ok(p) => p,
         Err(e) => return supervisor::fail(&mut status, &e),
     };
+    // Launched as root, the sandbox runs as another user, whom the directory's mode (0700,
+    // root's) keeps out: nothing to mount over it (the shim could not reach it either).
+    control::hide::hide_control_dir(&mut prepared.spec, !prepared.identity.switch_from_root);
     for w in &prepared.warnings {
         eprintln!("sandbox-launch: warning: {w}");
         status.emit(json!({"status": "warning", "warning": w}));
@@ -497,6 +509,18 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         Ok(c) => limits::Birth::new(c).holding_secrets(prepared.holds_secrets),
         Err(e) => return supervisor::fail(&mut status, &e),
     };
+    let live = registration.as_mut().map(|r| {
+        let listener = r.listener.take();
+        let live = Arc::new(control::Live::new(
+            r.id.clone(),
+            r.name.clone(),
+            argv,
+            kind,
+            network_name(prepared.network),
+            events.clone(),
+        ));
+        (listener, live)
+    });
     let code = supervisor::run(supervisor::Launch {
         spec: prepared.spec,
         filter: prepared.filter,
@@ -509,12 +533,25 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         }),
         around_clone: Some(&birth),
         timeout,
+        on_spawn: live.map(|(listener, live)| -> supervisor::OnSpawn<'_> {
+            Box::new(move |pid| {
+                live.set_shim(pid);
+                listener.map(|l| control::on_demand(l, live))
+            })
+        }),
     });
+    events.feed().finish(std::time::Duration::from_millis(500));
+    drop(registration);
     if let Some(c) = birth.cgroups {
         limits::finish_cgroups(c, &mut status);
     }
     report_created(&watch, &mut status);
     merge_agent_state(&agents, &mut status);
+    if args.verbose > 0 {
+        if let Some(line) = events.feed().tally().summary() {
+            eprintln!("sandbox-launch: {line}");
+        }
+    }
     code
 }
 
@@ -534,6 +571,14 @@ fn merge_agent_state(agents: &persistence::agents::AgentState, status: &mut Stat
     };
     eprintln!("sandbox-launch: warning: {text}");
     status.emit(json!({"status": "warning", "warning": text}));
+}
+
+fn network_name(mode: NetworkMode) -> &'static str {
+    match mode {
+        NetworkMode::None => "none",
+        NetworkMode::Restricted => "restricted",
+        NetworkMode::Full => "full",
+    }
 }
 
 /// `--json-status-fd` and `--events`; the events stream also gets every status line (the

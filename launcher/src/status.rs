@@ -40,9 +40,9 @@ impl StatusSink {
         })
     }
 
-    /// Also write every line to the events stream.
+    /// Also write every line to the events stream (and so to the control socket's feed).
     pub fn with_events(mut self, events: Arc<EventSink>) -> Self {
-        self.events = events.is_active().then_some(events);
+        self.events = Some(events);
         self
     }
 

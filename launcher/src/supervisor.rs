@@ -18,6 +18,10 @@ use crate::status::StatusSink;
 /// returns what to start once one of them has something to accept or read.
 pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>, bool) -> anyhow::Result<OnDemand> + 'a>;
 
+/// Called with the sandbox's init (host pid) right after the clone; returns work to start on
+/// first use (the control socket).
+pub type OnSpawn<'a> = Box<dyn FnOnce(libc::pid_t) -> Option<OnDemand> + 'a>;
+
 /// Work started on first use: the proxy's runtime and thread cost about half a millisecond of a
 /// launch, which a sandbox that never talks to the network does not need to pay. The kernel
 /// queues connections (and DNS datagrams) on the sockets until then.
@@ -55,6 +59,8 @@ pub struct Launch<'a> {
     pub around_clone: Option<&'a dyn AroundClone>,
     /// How long the program may run (`--timeout`).
     pub timeout: Option<Duration>,
+    /// Called once the sandbox's init exists.
+    pub on_spawn: Option<OnSpawn<'a>>,
 }
 
 /// Report a failure: one line on stderr and a JSON status; returns the exit code.
@@ -83,6 +89,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         on_listeners,
         around_clone,
         timeout,
+        on_spawn,
     } = launch;
     let launch = Launch {
         spec,
@@ -94,6 +101,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         on_listeners,
         around_clone,
         timeout,
+        on_spawn,
     };
     match drive(launch) {
         Ok(code) => code,
@@ -135,7 +143,12 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             .map(|_| shim_proc.pid),
     );
     let sync = shim_proc.sync.as_raw_fd();
-    let mut on_demand = None;
+    let mut on_demand: Vec<OnDemand> = launch
+        .on_spawn
+        .take()
+        .and_then(|f| f(shim_proc.pid))
+        .into_iter()
+        .collect();
     loop {
         let msg = match channel::recv::<FromShim>(sync) {
             Ok(Some(m)) => m,
@@ -171,7 +184,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             (FromShim::Listeners { transparent }, fds) => {
                 if let Some(cb) = launch.on_listeners.take() {
                     match cb(fds, transparent) {
-                        Ok(d) => on_demand = Some(d),
+                        Ok(d) => on_demand.push(d),
                         Err(e) => {
                             namespaces::kill_and_reap(shim_proc.pid);
                             return Err(StepError::new(Step::Network, format!("{e:#}"), None));
@@ -304,14 +317,14 @@ fn signal_fd() -> std::io::Result<OwnedFd> {
 /// target) until the shim reports the target's exit code (sent once everything inside is
 /// reaped; the shim's own exit, which unmounts the sandbox's tree, is not waited for) or exits.
 /// Signals from the terminal already reach the target directly. Meanwhile, the first time one
-/// of `pending`'s descriptors is readable, its work starts; a failing start is reported and the
-/// sandbox goes on without it (its network then answers nothing: closed, not open).
+/// of a pending item's descriptors is readable, its work starts; a failing start is reported
+/// and the sandbox goes on without it (its network then answers nothing: closed, not open).
 /// With a `timeout`, the program is stopped when it is up (see [`TIMEOUT_GRACE`]); the second
 /// value says whether that happened.
 fn forward_until_exit(
     shim: &namespaces::ShimProcess,
     signals: &OwnedFd,
-    mut pending: Option<OnDemand>,
+    mut pending: Vec<OnDemand>,
     timeout: Option<Duration>,
     on_refused: &mut dyn FnMut(String, String, String),
 ) -> (i32, bool) {
@@ -324,10 +337,10 @@ fn forward_until_exit(
         if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
             return (decode(status), timed_out);
         }
-        let watched = pending.as_ref().map_or(&[][..], |d| &d.fds[..]);
+        let watched = pending.iter().flat_map(|d| d.fds.iter().copied());
         let mut fds: Vec<libc::pollfd> = [signals.as_raw_fd(), shim.sync.as_raw_fd()]
             .into_iter()
-            .chain(watched.iter().copied())
+            .chain(watched)
             .map(|fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
@@ -373,9 +386,20 @@ fn forward_until_exit(
             };
             return (code, timed_out);
         }
-        if fds[2..].iter().any(|p| p.revents != 0) {
-            if let Some(Err(e)) = pending.take().map(|d| (d.start)()) {
-                eprintln!("sandbox-launch: proxy: {e:#}");
+        let readable: Vec<libc::c_int> = fds[2..]
+            .iter()
+            .filter(|p| p.revents != 0)
+            .map(|p| p.fd)
+            .collect();
+        if !readable.is_empty() {
+            let (start, wait): (Vec<OnDemand>, Vec<OnDemand>) = std::mem::take(&mut pending)
+                .into_iter()
+                .partition(|d| d.fds.iter().any(|fd| readable.contains(fd)));
+            pending = wait;
+            for d in start {
+                if let Err(e) = (d.start)() {
+                    eprintln!("sandbox-launch: {e:#}");
+                }
             }
         }
         if fds[0].revents & libc::POLLIN != 0 {

@@ -11,13 +11,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::decide::Decision;
+use super::decide::{Decision, Verdict};
 use super::identify::Program;
+use crate::control::feed::Feed;
 
-/// Where events go. Cheap to share; writes are whole lines.
+/// Where events go. Cheap to share; writes are whole lines. Besides the `--events` target, the
+/// control socket's feed keeps recent lines for `sandbox-launch events ID` and counts denials.
 #[derive(Debug, Default)]
 pub struct EventSink {
     out: Option<Mutex<File>>,
+    feed: Feed,
 }
 
 impl EventSink {
@@ -51,12 +54,19 @@ impl EventSink {
         };
         Ok(EventSink {
             out: Some(Mutex::new(file)),
+            feed: Feed::default(),
         })
     }
 
-    /// Whether anything is recorded.
+    /// Whether every event is recorded (an `--events` target, or a client following them).
+    /// Denials and the lifecycle are recorded regardless.
     pub fn is_active(&self) -> bool {
-        self.out.is_some()
+        self.out.is_some() || self.feed.has_followers()
+    }
+
+    /// Recent events, followers, and the denial tally (the control socket's view).
+    pub fn feed(&self) -> &Feed {
+        &self.feed
     }
 
     /// A sink that drops everything.
@@ -65,11 +75,12 @@ impl EventSink {
     }
 
     pub fn emit(&self, mut value: Value) {
-        let Some(out) = &self.out else { return };
         if let Value::Object(map) = &mut value {
             map.insert("time".into(), Value::String(now_rfc3339()));
         }
         let mut line = value.to_string();
+        self.feed.push(&line);
+        let Some(out) = &self.out else { return };
         line.push('\n');
         if let Ok(mut f) = out.lock() {
             // A reader that went away must not stop the proxy.
@@ -85,7 +96,11 @@ impl EventSink {
         binary: Option<&Program>,
         request: Option<(&str, &str)>,
     ) {
-        if !self.is_active() {
+        let denied = d.verdict == Verdict::Deny;
+        if denied {
+            self.feed.count_denial(&d.host.to_string());
+        }
+        if !denied && !self.is_active() {
             return;
         }
         let mut v = json!({

@@ -1,0 +1,130 @@
+//! The control directory must not be reachable from inside any sandbox: a program inside runs
+//! as the same user, so a socket it could reach would let it answer its own prompts or widen
+//! its own policy. In host-readable mode it lies under a tree the sandbox empties (`/run`,
+//! `$XDG_RUNTIME_DIR`, a private `/tmp`); an allow-list policy may bind such a tree in. Where
+//! the mount plan would show it, an empty mode-000 directory is mounted over it; either way the
+//! shim verifies before the program starts that it cannot open it.
+
+use std::path::{Path, PathBuf};
+
+use shim::spec::{MountOp, MountPlan, SandboxSpec};
+
+use super::dir::ControlDir;
+
+/// Hide this user's control directory (every sandbox's socket is in it) from the sandbox of
+/// `spec`: with `mask`, covered where the plan would show it; always verified unreadable.
+pub fn hide_control_dir(spec: &mut SandboxSpec, mask: bool) {
+    if let Ok(dir) = std::fs::canonicalize(ControlDir::locate().path) {
+        if mask {
+            hide(&mut spec.mounts, &mut spec.verify_unreadable, &dir);
+        } else if !spec.verify_unreadable.contains(&dir) {
+            spec.verify_unreadable.push(dir);
+        }
+    }
+}
+
+/// Cover every place where `dir` (canonical, existing) would appear inside, and have it
+/// verified unreadable.
+pub fn hide(plan: &mut MountPlan, verify_unreadable: &mut Vec<PathBuf>, dir: &Path) {
+    for inside in visible_at(plan, dir) {
+        plan.ops.push(MountOp::Mask {
+            target: inside.clone(),
+            dir: true,
+        });
+        if !verify_unreadable.contains(&inside) {
+            verify_unreadable.push(inside);
+        }
+    }
+    if !verify_unreadable.iter().any(|p| p == dir) {
+        verify_unreadable.push(dir.to_path_buf());
+    }
+}
+
+/// The paths inside the sandbox at which the host directory `dir` would be visible.
+fn visible_at(plan: &MountPlan, dir: &Path) -> Vec<PathBuf> {
+    let mut seen: Vec<PathBuf> = Vec::new();
+    if plan.host_root {
+        seen.push(dir.to_path_buf());
+    }
+    for op in &plan.ops {
+        match op {
+            MountOp::ReadOnly { source, target } | MountOp::ReadWrite { source, target } => {
+                seen.retain(|p| !p.starts_with(target));
+                if let Ok(rel) = dir.strip_prefix(source) {
+                    seen.push(target.join(rel));
+                }
+            }
+            MountOp::Tmpfs { target, .. }
+            | MountOp::Mask { target, .. }
+            | MountOp::File { target, .. } => seen.retain(|p| !p.starts_with(target)),
+            MountOp::Symlink { .. } => {}
+        }
+    }
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(host_root: bool, ops: Vec<MountOp>) -> MountPlan {
+        MountPlan {
+            host_root,
+            ops,
+            ..Default::default()
+        }
+    }
+
+    fn bind(p: &str) -> MountOp {
+        MountOp::ReadOnly {
+            source: p.into(),
+            target: p.into(),
+        }
+    }
+
+    #[test]
+    fn an_emptied_run_hides_it_without_a_mask() {
+        let dir = Path::new("/run/user/1000/sandbox-launch");
+        let mut p = plan(
+            true,
+            vec![MountOp::Tmpfs {
+                target: "/run".into(),
+                mode: 0o755,
+                size: None,
+            }],
+        );
+        let mut verify = Vec::new();
+        hide(&mut p, &mut verify, dir);
+        assert_eq!(p.ops.len(), 1);
+        assert_eq!(verify, [dir]);
+    }
+
+    #[test]
+    fn an_allow_list_binding_its_tree_gets_a_mask_over_it() {
+        let dir = Path::new("/run/user/1000/sandbox-launch");
+        let mut p = plan(false, vec![bind("/usr"), bind("/run")]);
+        let mut verify = Vec::new();
+        hide(&mut p, &mut verify, dir);
+        assert!(matches!(
+            p.ops.last(),
+            Some(MountOp::Mask { target, dir: true }) if target == dir
+        ));
+        assert_eq!(verify, [dir]);
+    }
+
+    #[test]
+    fn a_bind_elsewhere_is_masked_where_it_shows() {
+        let dir = Path::new("/home/u/run/sandbox-launch");
+        let p = plan(
+            false,
+            vec![MountOp::ReadWrite {
+                source: "/home/u".into(),
+                target: "/work".into(),
+            }],
+        );
+        assert_eq!(
+            visible_at(&p, dir),
+            [PathBuf::from("/work/run/sandbox-launch")]
+        );
+    }
+}

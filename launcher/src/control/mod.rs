@@ -1,0 +1,153 @@
+//! The control plane of a running sandbox: its identity, its control socket (outside the
+//! sandbox, in the user's private control directory), and the commands that talk to it — `ps`,
+//! `stop`, `events`. The socket speaks JSON Lines ([`protocol`]); only the launcher's own uid in
+//! the launcher's own user namespace may connect ([`peer`]); the sandbox cannot see the
+//! directory ([`hide`]).
+//!
+//! The server runs on a thread of its own with a single-threaded tokio runtime, started the
+//! first time a client connects (like the proxy: a sandbox that nobody looks at pays nothing
+//! but the socket).
+
+pub mod client;
+pub mod commands;
+pub mod dir;
+pub mod feed;
+pub mod hide;
+mod peer;
+pub mod protocol;
+pub mod registration;
+mod server;
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::cli::SandboxArgs;
+use crate::proxy::events::EventSink;
+use registration::Registration;
+pub use server::on_demand;
+
+/// The control socket of a new sandbox. Without `--name` a socket that cannot be made is a
+/// warning (the sandbox runs, unreachable by `ps` and the other commands); with one, an error.
+pub fn register(args: &SandboxArgs) -> anyhow::Result<Option<Registration>> {
+    let made =
+        Registration::create(dir::ControlDir::locate(), args.name.clone()).and_then(|mut r| {
+            r.keep_clear_of(&args.preserve_fd)?;
+            Ok(r)
+        });
+    match made {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if args.name.is_some() => Err(e),
+        Err(e) => {
+            eprintln!(
+                "sandbox-launch: warning: no control socket for this sandbox (`ps`, `stop` and `prompt` will not see it): {e:#}"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// What the control socket knows about its sandbox.
+pub struct Live {
+    pub id: String,
+    pub name: Option<String>,
+    /// The program and its arguments.
+    pub argv: Vec<String>,
+    /// `whole-process` or `per-command`.
+    pub kind: &'static str,
+    /// `none`, `restricted` or `full`.
+    pub network: &'static str,
+    pub started: SystemTime,
+    pub events: Arc<EventSink>,
+    /// The sandbox's init (the shim), once it exists.
+    shim: OnceLock<Shim>,
+}
+
+struct Shim {
+    pid: libc::pid_t,
+    /// Signals go through a pidfd: the pid cannot be reused under us.
+    pidfd: Option<OwnedFd>,
+}
+
+impl Live {
+    pub fn new(
+        id: String,
+        name: Option<String>,
+        argv: Vec<String>,
+        kind: &'static str,
+        network: &'static str,
+        events: Arc<EventSink>,
+    ) -> Live {
+        Live {
+            id,
+            name,
+            argv,
+            kind,
+            network,
+            started: SystemTime::now(),
+            events,
+            shim: OnceLock::new(),
+        }
+    }
+
+    /// The sandbox's init exists (called right after the clone).
+    pub fn set_shim(&self, pid: libc::pid_t) {
+        // SAFETY: pidfd_open on our own child; the result is checked.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        // SAFETY: a fresh descriptor we own (when the call succeeded).
+        let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+        let _ = self.shim.set(Shim { pid, pidfd });
+    }
+
+    /// Send `sig` to the sandbox's init (which passes SIGTERM and the like on to the program;
+    /// SIGKILL ends the whole sandbox).
+    pub fn signal(&self, sig: libc::c_int) -> std::io::Result<()> {
+        let Some(shim) = self.shim.get() else {
+            return Err(std::io::Error::other("the sandbox has not started yet"));
+        };
+        // SAFETY: signalling our own child, through its pidfd when there is one.
+        let r = unsafe {
+            match &shim.pidfd {
+                Some(fd) => libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                ) as i32,
+                None => libc::kill(shim.pid, sig),
+            }
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `ps`'s row, and the reply to `status`.
+    pub fn status(&self) -> Value {
+        let tally = self.events.feed().tally();
+        let started = self
+            .started
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        json!({
+            "id": self.id,
+            "name": self.name,
+            "pid": std::process::id(),
+            "sandbox_pid": self.shim.get().map(|s| s.pid),
+            "program": self.argv,
+            "mode": self.kind,
+            "network": self.network,
+            "started": started,
+            "uptime": self.started.elapsed().unwrap_or(Duration::ZERO).as_secs(),
+            "denied": {
+                "total": tally.total,
+                "hosts": tally.hosts.iter().map(|(h, n)| json!({"host": h, "count": n})).collect::<Vec<_>>(),
+            },
+        })
+    }
+}
