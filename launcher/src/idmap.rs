@@ -115,7 +115,9 @@ fn fix(tree: &Path, errno: Errno, owner: (u32, u32), id: Identity) -> String {
 }
 
 /// A user namespace whose only mapping is `from` (the ids on disk) → `to` (the sandbox's):
-/// made by a child cloned into it, kept by a descriptor once the child is gone.
+/// made by a child cloned into it, kept by a descriptor once the child is gone. The child shares
+/// this process's memory (CLONE_VM: no page tables to copy, and no copy-on-write faults for the
+/// launcher afterwards) and only waits, on a stack of its own, for the pipe to close.
 fn mapping_namespace(from: (u32, u32), to: (u32, u32)) -> Result<OwnedFd, sys::SysError> {
     let failed = |call: &str| sys::SysError {
         call: call.to_string(),
@@ -128,31 +130,40 @@ fn mapping_namespace(from: (u32, u32), to: (u32, u32)) -> Result<OwnedFd, sys::S
     }
     // SAFETY: the descriptors are fresh and ours.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
-    // SAFETY: a fork-like clone of this single-threaded process; the child only waits for the
-    // pipe to close and exits.
+
+    /// The child: close its own copy of the write end (it has a copy of the descriptor table),
+    /// then wait for EOF, i.e. for the parent to close its own.
+    extern "C" fn wait_for_eof(fds: *mut libc::c_void) -> libc::c_int {
+        let fds = fds as usize;
+        let (rd, wr) = (
+            (fds & 0xffff_ffff) as libc::c_int,
+            (fds >> 32) as libc::c_int,
+        );
+        let mut b = [0u8; 1];
+        // SAFETY: close of a descriptor of this child; read into a buffer on its own stack.
+        unsafe {
+            libc::close(wr);
+            libc::read(rd, b.as_mut_ptr().cast(), 1);
+        }
+        0
+    }
+    let fds = rd.as_raw_fd() as usize | (wr.as_raw_fd() as usize) << 32;
+    let mut stack = vec![0u8; 16 * 1024];
+    // SAFETY: the stack grows down from its 16-byte aligned end; the child runs only
+    // `wait_for_eof` (a close and a read, then it returns and exits), and this function waits
+    // for it before the stack is freed.
     let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
+        let top = stack.as_mut_ptr().add(stack.len()) as usize & !0xf;
+        libc::clone(
+            wait_for_eof,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
+            fds as *mut libc::c_void,
         )
-    } as libc::pid_t;
+    };
     if pid < 0 {
         return Err(failed("clone(CLONE_NEWUSER) for the id mapping"));
     }
-    if pid == 0 {
-        drop(wr);
-        let mut b = [0u8; 1];
-        // SAFETY: read into a valid buffer; returns at EOF, when the parent is done.
-        unsafe {
-            libc::read(rd.as_raw_fd(), b.as_mut_ptr().cast(), 1);
-            libc::_exit(0)
-        }
-    }
-    drop(rd);
     let result = (|| {
         let write = |file: &str, content: String| {
             std::fs::write(format!("/proc/{pid}/{file}"), content).map_err(|e| sys::SysError {
@@ -170,8 +181,10 @@ fn mapping_namespace(from: (u32, u32), to: (u32, u32)) -> Result<OwnedFd, sys::S
             })
     })();
     drop(wr);
-    // SAFETY: reaping our own child.
+    // SAFETY: reaping our own child, which exits once the write end is closed everywhere.
     unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    drop(stack);
+    drop(rd);
     result
 }
 
