@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use crate::{explain, static_launcher};
+use crate::{explain, static_fault_inject, static_launcher};
 
 /// The README's flags (README: Containers).
 pub const RECIPE: [&str; 4] = [
@@ -62,6 +62,12 @@ fn build_image() {
         rootfs.join("usr/local/bin/sandbox-launch"),
     )
     .expect("copy the static launcher");
+    // The test-only fault injector of the same static build.
+    std::fs::copy(
+        static_fault_inject(),
+        rootfs.join("usr/local/bin/fault-inject"),
+    )
+    .expect("copy the static fault-inject");
     // One dynamically linked glibc program with its libraries (glibc's own resolver, which
     // asks 127.0.0.1 when there is no /etc/resolv.conf).
     copy_with_libraries(Path::new("/usr/bin/getent"), &rootfs);

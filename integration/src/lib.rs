@@ -162,16 +162,23 @@ pub fn fault_inject() -> &'static PathBuf {
 /// images and what the benchmarks measure. Missing is a failure, never a skip.
 pub fn static_launcher() -> &'static PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = match std::env::var_os("SANDBOX_LAUNCH_STATIC_DIR") {
-            Some(d) => PathBuf::from(d),
-            None => build_dir().parent().expect("target/").join(format!(
-                "{}-unknown-linux-gnu/release",
-                std::env::consts::ARCH
-            )),
-        };
-        statically_linked(&dir.join("sandbox-launch"), "scripts/build.sh")
-    })
+    BIN.get_or_init(|| statically_linked(&static_dir().join("sandbox-launch"), "scripts/build.sh"))
+}
+
+/// `fault-inject` of the same static build (for container images).
+pub fn static_fault_inject() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| statically_linked(&static_dir().join("fault-inject"), "scripts/build.sh"))
+}
+
+fn static_dir() -> PathBuf {
+    match std::env::var_os("SANDBOX_LAUNCH_STATIC_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => build_dir().parent().expect("target/").join(format!(
+            "{}-unknown-linux-gnu/release",
+            std::env::consts::ARCH
+        )),
+    }
 }
 
 /// What `cargo install --path launcher` installed (`scripts/test.sh` installs it under

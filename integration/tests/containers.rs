@@ -277,3 +277,61 @@ fn rootless_podman_refuses_by_default_and_runs_the_recipe_with_every_layer() {
     assert_eq!(meta.uid(), user.uid, "{}", explain(&out));
     drop(user);
 }
+
+#[test]
+fn without_user_namespaces_root_with_the_capabilities_builds_every_other_layer() {
+    assert!(is_root(), "the container tests need root");
+    // No user namespace can be made (here: fault-inject inside the container, as a node with
+    // them disabled would); podman's default seccomp profile and masked /proc stay. With
+    // CAP_SYS_ADMIN (namespaces, mounts), CAP_NET_ADMIN (the sandbox's `lo` and egress) and
+    // CAP_SYS_PTRACE (init's create guard), the launcher builds the rest as root.
+    let launch = |caps: &[&str]| {
+        let mut opts = vec!["--entrypoint", "/usr/local/bin/fault-inject"];
+        for cap in caps {
+            opts.extend(["--cap-add", cap]);
+        }
+        container::run(
+            podman(),
+            &opts,
+            &[
+                "--deny-clone-flags",
+                "0x10000000=EPERM",
+                "--errno",
+                "clone3=ENOSYS",
+                "--",
+                "/usr/local/bin/sandbox-launch",
+                "whole-process",
+                "-v",
+                "--",
+                "sh",
+                "-c",
+                "echo target-ran",
+            ],
+        )
+    };
+    let out = launch(&["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"]);
+    assert_every_layer(&out);
+    assert!(
+        stderr(&out).contains("no user namespace can be created here"),
+        "{}",
+        explain(&out)
+    );
+    // Short of one of them, refused (the step that needs it fails closed).
+    for caps in [
+        &["SYS_ADMIN", "NET_ADMIN"][..],
+        &["SYS_ADMIN", "SYS_PTRACE"],
+        &["NET_ADMIN", "SYS_PTRACE"],
+    ] {
+        let out = launch(caps);
+        assert!(
+            matches!(out.status.code(), Some(112..=115)),
+            "{caps:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !stdout(&out).contains("target-ran"),
+            "{caps:?}: {}",
+            explain(&out)
+        );
+    }
+}

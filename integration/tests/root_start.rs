@@ -277,3 +277,114 @@ fn each_step_of_an_idmapped_tree_fails_closed() {
     assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
     assert_eq!(std::fs::metadata(work.join("marker")).unwrap().uid(), 0);
 }
+
+/// `fault-inject` denying CLONE_NEWUSER (and clone3, so libc falls back to clone), then
+/// `sandbox-launch whole-process -v OPTS -- sh -c SCRIPT`, under `prefix` (e.g. setpriv).
+fn without_user_namespaces(prefix: &[&str], work: &Path, opts: &[&str], script: &str) -> Output {
+    let fault_inject = fault_inject().to_str().unwrap().to_string();
+    let launcher = launcher().to_str().unwrap().to_string();
+    let mut args: Vec<&str> = prefix[1..].to_vec();
+    args.extend_from_slice(&[
+        &fault_inject,
+        "--deny-clone-flags",
+        "0x10000000=EPERM",
+        "--errno",
+        "clone3=ENOSYS",
+        "--",
+        &launcher,
+        "whole-process",
+        "-v",
+    ]);
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+    Command::new(prefix[0])
+        .args(&args)
+        .current_dir(work)
+        .env("HOME", work)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn root_with_cap_sys_admin_but_no_user_namespaces_builds_every_other_layer() {
+    assert!(is_root(), "started-as-root tests need root");
+    let work = TempDir::new_in("/var/tmp", "no-userns");
+    let out = without_user_namespaces(
+        &["env"],
+        &work.path,
+        &[],
+        "id -u; echo inside > made; echo escaped > /etc/sl-no-userns-probe 2>/dev/null; true",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert_eq!(stdout(&out), "65534\n", "{}", explain(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no user namespace can be created here"),
+        "{}",
+        explain(&out)
+    );
+    let facts: serde_json::Value = err
+        .lines()
+        .find_map(|l| l.strip_prefix("sandbox-launch: verified: "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .unwrap_or_else(|| panic!("no verified facts: {}", explain(&out)));
+    assert_eq!(facts["seccomp_mode"], 2, "{facts}");
+    assert_eq!(facts["no_new_privs"], true, "{facts}");
+    for set in [
+        "ambient",
+        "bounding",
+        "effective",
+        "inheritable",
+        "permitted",
+    ] {
+        assert_eq!(facts["capabilities"][set], 0, "{facts}");
+    }
+    assert_eq!(facts["landlock"]["enforced"], true, "{facts}");
+    assert_eq!(
+        facts["network_interfaces"],
+        serde_json::json!(["lo"]),
+        "{facts}"
+    );
+    assert_eq!(facts["old_root_reachable"], false, "{facts}");
+    assert_eq!(facts["hostname"], "sandbox", "{facts}");
+    assert_eq!(std::fs::metadata(work.join("made")).unwrap().uid(), NOBODY);
+    assert!(!Path::new("/etc/sl-no-userns-probe").exists());
+    // A tree that would need an idmapping (which a user namespace defines) is refused.
+    let theirs = root_owned("no-userns-root-owned");
+    let out = without_user_namespaces(&["env"], &theirs.path, &[], "echo ran > marker");
+    assert_eq!(out.status.code(), Some(113), "{}", explain(&out));
+    assert!(
+        stderr(&out).contains("no user namespace can be made here"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!theirs.join("marker").exists());
+    // doctor agrees: the missing user namespaces are a warning, the launch goes through.
+    let fault_inject = fault_inject().to_str().unwrap().to_string();
+    let doc = Command::new(&fault_inject)
+        .args([
+            "--deny-clone-flags",
+            "0x10000000=EPERM",
+            "--errno",
+            "clone3=ENOSYS",
+            "--",
+        ])
+        .arg(launcher())
+        .args(["doctor", "--json"])
+        .current_dir(&work.path)
+        .output()
+        .unwrap();
+    assert_eq!(doc.status.code(), Some(0), "{}", explain(&doc));
+    assert_eq!(doctor_check(&doc, "user namespaces")["status"], "warn");
+    assert_eq!(doctor_check(&doc, "launch")["status"], "ok");
+    // Without CAP_SYS_ADMIN, nothing to fall back on: refused.
+    let out = without_user_namespaces(
+        &["setpriv", "--bounding-set", "-sys_admin", "--"],
+        &work.path,
+        &[],
+        "echo ran > marker",
+    );
+    assert_eq!(out.status.code(), Some(112), "{}", explain(&out));
+    assert!(!work.join("marker").exists(), "{}", explain(&out));
+}

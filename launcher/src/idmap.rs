@@ -41,7 +41,7 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
         if owner.0 == id.uid {
             continue;
         }
-        let refused = |what: String, errno: Errno| {
+        let refused = |what: String, why: &str| {
             StepError::new(
                 Step::Mounts,
                 format!(
@@ -51,26 +51,30 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
                     owner.0,
                     id.uid
                 ),
-                Some(&fix(tree, errno, owner, id)),
+                Some(&fix(tree, why, owner, id)),
             )
         };
         let index = match namespaces.iter().position(|(o, _)| *o == owner) {
             Some(i) => i,
             None => {
-                let fd = mapping_namespace(owner, (id.uid, id.gid))
-                    .map_err(|e| refused(e.to_string(), e.errno))?;
+                let fd = mapping_namespace(owner, (id.uid, id.gid)).map_err(|e| {
+                    refused(
+                        e.to_string(),
+                        "no user namespace can be made here, and an idmapping is defined by one",
+                    )
+                })?;
                 namespaces.push((owner, fd));
                 namespaces.len() - 1
             }
         };
         let userns = &namespaces[index].1;
-        let fd = sys::open_tree_clone(tree).map_err(|e| refused(e.to_string(), e.errno))?;
+        let fd = sys::open_tree_clone(tree).map_err(|e| refused(e.to_string(), why(e.errno)))?;
         sys::mount_setattr_idmap(
             fd.as_fd(),
             userns.as_fd(),
             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         )
-        .map_err(|e| refused(e.to_string(), e.errno))?;
+        .map_err(|e| refused(e.to_string(), why(e.errno)))?;
         out.attach.push(Attach {
             target: tree.clone(),
             fd: fd.as_raw_fd(),
@@ -81,8 +85,9 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
     Ok(out)
 }
 
-fn fix(tree: &Path, errno: Errno, owner: (u32, u32), id: Identity) -> String {
-    let why = match errno {
+/// Why the kernel refuses to idmap a tree, by the errno of open_tree or mount_setattr.
+fn why(errno: Errno) -> &'static str {
+    match errno {
         Errno::ENOSYS => "this kernel has no idmapped mounts (Linux 5.12 or later has)",
         Errno::EINVAL => {
             "its filesystem cannot be idmapped (ext4, xfs, btrfs and tmpfs since Linux 6.3 can; \
@@ -94,7 +99,10 @@ fn fix(tree: &Path, errno: Errno, owner: (u32, u32), id: Identity) -> String {
              a volume from the host"
         }
         _ => "the kernel refused",
-    };
+    }
+}
+
+fn fix(tree: &Path, why: &str, owner: (u32, u32), id: Identity) -> String {
     let run_as_owner = if owner.0 == 0 {
         String::new()
     } else {

@@ -27,6 +27,8 @@ pub struct Identity {
 pub struct ShimProcess {
     pub pid: libc::pid_t,
     pub sync: OwnedFd,
+    /// Why the shim has no user namespace of its own, if it has none (see `spawn_shim`).
+    pub without_user_namespace: Option<Errno>,
 }
 
 fn hint_for_clone(errno: Errno) -> String {
@@ -76,24 +78,27 @@ pub fn spawn_shim(
     if new_net {
         flags |= libc::CLONE_NEWNET;
     }
-    // SAFETY: a fork-like clone (no new stack, SIGCHLD on exit) from a single-threaded process.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    } as libc::pid_t;
+    let mut without_user_namespace = None;
+    // SAFETY: a fork-like clone from a single-threaded process.
+    let mut pid = unsafe { clone_fork_like(flags) };
     if pid < 0 {
         let errno = Errno::last();
-        return Err(StepError::new(
-            Step::Namespaces,
-            format!("cannot create a user namespace: clone => {errno}"),
-            Some(&hint_for_clone(errno)),
-        ));
+        // Real root with CAP_SYS_ADMIN where no user namespace can be made (a kernel or node
+        // that disables them, a profile that forbids CLONE_NEWUSER alone): the namespaces are
+        // made as root, and the child drops to the sandbox's user exactly as it does inside a
+        // user namespace. Every other layer is the same; the launch says so.
+        if id.switch_from_root && can_do_without_user_namespace(errno) {
+            // SAFETY: as above.
+            pid = unsafe { clone_fork_like(flags & !libc::CLONE_NEWUSER) };
+            without_user_namespace = Some(errno);
+        }
+        if pid < 0 {
+            return Err(StepError::new(
+                Step::Namespaces,
+                format!("cannot create a user namespace: clone => {errno}"),
+                Some(&hint_for_clone(errno)),
+            ));
+        }
     }
     if pid == 0 {
         // SAFETY: the child of a fork-like clone of a single-threaded process.
@@ -108,13 +113,16 @@ pub fn spawn_shim(
     let shim = ShimProcess {
         pid,
         sync: parent_sock,
+        without_user_namespace,
     };
     if own_maps.is_some() {
         return Ok(shim);
     }
-    if let Err(e) = write_maps(pid, id) {
-        kill_and_reap(pid);
-        return Err(e);
+    if without_user_namespace.is_none() {
+        if let Err(e) = write_maps(pid, id) {
+            kill_and_reap(pid);
+            return Err(e);
+        }
     }
     // The maps are in place: tell the child to go on.
     // SAFETY: write of one byte from a valid buffer.
@@ -124,6 +132,37 @@ pub fn spawn_shim(
         return Err(err("write to the sync socket", e));
     }
     Ok(shim)
+}
+
+/// # Safety
+/// A fork-like clone (no new stack, SIGCHLD on exit): only from a single-threaded process.
+unsafe fn clone_fork_like(flags: libc::c_int) -> libc::pid_t {
+    libc::syscall(
+        libc::SYS_clone,
+        (flags | libc::SIGCHLD) as libc::c_ulong,
+        0usize,
+        0usize,
+        0usize,
+        0usize,
+    ) as libc::pid_t
+}
+
+/// Whether a failed user namespace may be done without: the failure says user namespaces are
+/// unavailable (not some other namespace), and this process holds CAP_SYS_ADMIN, which making
+/// the other namespaces without one takes. (The caller is real root.)
+pub fn can_do_without_user_namespace(errno: Errno) -> bool {
+    matches!(
+        errno,
+        Errno::EPERM | Errno::EACCES | Errno::ENOSPC | Errno::EUSERS | Errno::EINVAL
+    ) && has_cap_sys_admin()
+}
+
+fn has_cap_sys_admin() -> bool {
+    let mut header = libc_cap_header();
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget with valid pointers.
+    (unsafe { capget(&mut header, &mut data) } == 0)
+        && data[0].effective & (1 << CAP_SYS_ADMIN) != 0
 }
 
 pub fn kill_and_reap(pid: libc::pid_t) {
@@ -263,6 +302,8 @@ struct CapData {
 }
 
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// capability.h: CAP_SYS_ADMIN, in the first 32-bit word of the sets.
+const CAP_SYS_ADMIN: u32 = 21;
 
 fn libc_cap_header() -> CapHeader {
     CapHeader {

@@ -177,7 +177,7 @@ fn root_start(
         (Some(_), Some(h)) => (h.clone(), "the caller's, writable in the sandbox"),
         _ => (
             run_as.home.clone().unwrap_or_else(|| "/".into()),
-            "the sandbox user's (the caller's is not writable in the sandbox)",
+            "the sandbox user's: the caller's is not writable in the sandbox",
         ),
     };
     if verbose > 0 {

@@ -136,6 +136,18 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
         }
         (Err(e), _) => return Err(e),
     };
+    if let Some(errno) = shim_proc.without_user_namespace {
+        let text = format!(
+            "no user namespace can be created here (clone with CLONE_NEWUSER => {errno}): the \
+             sandbox's namespaces were made as root, which then dropped to uid {} with no \
+             capability; every other layer is in place (README: Started as root)",
+            launch.identity.uid
+        );
+        eprintln!("sandbox-launch: warning: {text}");
+        launch
+            .status
+            .emit(json!({"status": "warning", "warning": text}));
+    }
     let _reap = ReapAtEnd(
         launch
             .around_clone

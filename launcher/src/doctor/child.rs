@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
@@ -43,7 +44,22 @@ pub fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> 
                     Err("cannot map our own uid/gid in the new user namespace".into())
                 };
             }
-            let _ = nix::unistd::write(&ready_w, if r.is_ok() { b"k" } else { b"e" });
+            // As the launch does: root with CAP_SYS_ADMIN does without a user namespace where
+            // none can be made (then there is nothing to map).
+            let mut r = r.map(|()| b"k");
+            if let Err(e) = &r {
+                let errno = nix::errno::Errno::last();
+                let others = flags & !libc::CLONE_NEWUSER;
+                if others != 0 && crate::namespaces::can_do_without_user_namespace(errno) {
+                    // SAFETY: as above.
+                    r = if unsafe { libc::unshare(others) } != 0 {
+                        Err(format!("{e}; without a user namespace: {}", Errno::last()))
+                    } else {
+                        Ok(b"n")
+                    };
+                }
+            }
+            let _ = nix::unistd::write(&ready_w, r.as_ref().map_or(b"e", |m| *m));
             r?;
             let mut b = [0u8; 1];
             match nix::unistd::read(&go_r, &mut b) {
@@ -53,10 +69,14 @@ pub fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> 
         },
         move |child| {
             let mut b = [0u8; 1];
-            if !uid.is_root()
-                || !matches!(nix::unistd::read(&ready_r, &mut b), Ok(1))
-                || b[0] != b'k'
-            {
+            if !uid.is_root() || !matches!(nix::unistd::read(&ready_r, &mut b), Ok(1)) {
+                return;
+            }
+            if b[0] == b'n' {
+                let _ = nix::unistd::write(&go_w, b"k");
+                return;
+            }
+            if b[0] != b'k' {
                 return;
             }
             let w = |p: String, s: String| std::fs::write(&p, s).map_err(|e| format!("{p}: {e}"));
