@@ -80,6 +80,9 @@ if [[ "${1:-}" == "--tests" ]]; then
         chmod a+rx "$(dirname "$agents_dir")"
         chmod -R a+rX "$agents_dir"
     fi
+    # Where the agent tests make their HOMEs and working directories (visible inside the
+    # sandbox, unlike /tmp): sticky and world-writable, so the tests can run as any user.
+    install -d -m 1777 "$(dirname "$agents_dir")/runs"
     for cli in droid claude codex; do
         if ! "$agents_dir/node_modules/.bin/$cli" --version >/dev/null 2>&1; then
             echo "install-deps: $agents_dir/node_modules/.bin/$cli does not run; remove $agents_dir and run this again" >&2

@@ -7,6 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
+pub mod agents;
 pub mod cgroups;
 pub mod container;
 pub mod mock_model;
