@@ -30,6 +30,9 @@ if [[ "${1:-}" == "--tests" ]]; then
     have runc      || need+=(runc)
     have newuidmap || need+=(uidmap)
     if ! [[ -x /bin/busybox ]] || ldd /bin/busybox >/dev/null 2>&1; then need+=(busybox-static); fi
+    # The login-shell tests: an sshd of their own on 127.0.0.1, and rsync over it.
+    [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
+    have rsync     || need+=(rsync)
 fi
 
 SUDO=""

@@ -7,8 +7,14 @@ use sandbox_launch::{cli, control, doctor, login, persistence, policy, sandbox};
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let cli = match login::rewrite(&args) {
-        Some(rewritten) => cli::Cli::parse_from(rewritten),
-        None => cli::Cli::parse(),
+        Ok(Some(rewritten)) => cli::Cli::parse_from(rewritten),
+        Ok(None) => cli::Cli::parse(),
+        // A login whose configuration cannot be used: no shell at all, rather than one with
+        // another policy than the administrator's.
+        Err(e) => {
+            eprintln!("sandbox-launch: login: {e:#}");
+            std::process::exit(shim::channel::Step::Policy.exit_code());
+        }
     };
     let code = match cli.command {
         cli::Command::WholeProcess { sandbox, command } => {

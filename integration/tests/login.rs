@@ -1,0 +1,406 @@
+//! sandbox-launch as a login shell: `$SHELL` inside is the real shell (so tmux, script and
+//! editors start shells that work), `su user` without `-l`, `/etc/sandbox-launch/login.yaml`
+//! naming the shell and the policy, and sshd: an interactive session, scp, sftp and rsync, each
+//! inside the sandbox, and the recipe's settings that keep sshd itself from dialling out.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use integration::login::{PrivateEtc, Sshd, TestUser};
+use integration::{explain, is_root, launcher, stdout, Caller, TempDir, CALLERS, NOBODY};
+
+/// Start the launcher as a login does (`argv[0]` is `-sandbox-launch`) with `$SHELL` naming it,
+/// feed `script` to the shell it starts and collect the output.
+fn login_session(caller: Caller, home: &Path, script: &str) -> Output {
+    let me = launcher().to_str().unwrap().to_string();
+    let exec_a = "exec -a -sandbox-launch \"$0\"";
+    let mut cmd = if caller == Caller::Unprivileged && is_root() {
+        let mut c = Command::new("setpriv");
+        let id = NOBODY.to_string();
+        c.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"]);
+        c.args(["bash", "-c", exec_a, &me]);
+        c
+    } else {
+        let mut c = Command::new("bash");
+        c.args(["-c", exec_a, &me]);
+        c
+    };
+    cmd.current_dir(home)
+        .env("HOME", home)
+        .env("SHELL", &me)
+        .env("SANDBOX_LAUNCH_SHELL", "/bin/bash")
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start the login shell");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// What `script` and tmux start is `$SHELL`: it must be a shell that works inside.
+const SHELL_USERS: &str = r#"
+echo "SHELL=$SHELL"
+script -qc 'echo script-ran; grep Seccomp: /proc/self/status' /dev/null </dev/null
+tmux -S "$HOME/tmux.sock" new-session -d 'echo "tmux-ran:$SHELL:$(hostname)" > "$HOME/tmux.out"'
+for i in $(seq 100); do [ -s "$HOME/tmux.out" ] && break; sleep 0.05; done
+cat "$HOME/tmux.out"
+tmux -S "$HOME/tmux.sock" kill-server 2>/dev/null
+exit 0
+"#;
+
+#[test]
+fn inside_a_login_shell_is_the_real_shell_so_script_and_tmux_work() {
+    for caller in CALLERS {
+        let home = TempDir::new("login-shell");
+        let out = login_session(caller, &home.path, SHELL_USERS);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("SHELL=/bin/bash\n"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // Through script's pty: lines end in \r\n.
+        assert!(
+            text.contains("script-ran\r\nSeccomp:\t2"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("tmux-ran:/bin/bash:sandbox"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+#[test]
+fn without_an_argument_it_is_a_shell_only_where_shell_names_it() {
+    // `su user` starts the user's shell with no argument and `$SHELL` set to it.
+    let home = TempDir::new("noarg");
+    let run = |shell_var: &Path| {
+        let mut child = Command::new(launcher())
+            .current_dir(&home.path)
+            .env("HOME", &home.path)
+            .env("SHELL", shell_var)
+            .env("SANDBOX_LAUNCH_SHELL", "/bin/sh")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"grep Seccomp: /proc/self/status\n")
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = run(launcher());
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(stdout(&out).contains("Seccomp:\t2"), "{}", explain(&out));
+    // Anyone else typing `sandbox-launch` alone gets the usage.
+    let out = run(Path::new("/bin/bash"));
+    assert_eq!(out.status.code(), Some(2), "{}", explain(&out));
+    assert!(!stdout(&out).contains("Seccomp"), "{}", explain(&out));
+}
+
+/// `su [ARGS…] USER` in the private /etc, stdin from `input`.
+fn su(etc: &PrivateEtc, user: &TestUser, args: &[&str], input: &str) -> Output {
+    let mut all: Vec<&str> = args.to_vec();
+    all.push(&user.name);
+    let mut child = etc
+        .command(Path::new("/bin/su"), &all)
+        .current_dir(&user.home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn su_with_and_without_dash_l_runs_the_users_shell_inside() {
+    assert!(is_root(), "making a user needs root");
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    let probe = "echo in:$(hostname):$SHELL; grep Seccomp: /proc/self/status\n";
+    for args in [
+        &[][..],
+        &["-l"][..],
+        &["-c", probe][..],
+        &["-", "-c", probe][..],
+    ] {
+        let out = su(&etc, &user, args, probe);
+        assert!(out.status.success(), "su {args:?}: {}", explain(&out));
+        let text = stdout(&out);
+        assert!(
+            text.contains("in:sandbox:/bin/bash\nSeccomp:\t2"),
+            "su {args:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+#[test]
+fn login_yaml_names_the_shell_and_the_policy_and_a_loose_one_stops_the_login() {
+    assert!(is_root(), "making a user needs root");
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    std::fs::write(user.home.join("secret"), "s3cret").unwrap();
+    std::fs::write(user.home.join("plain"), "plain-text").unwrap();
+    user.own(&user.home);
+    let settings = etc.write(
+        "sandbox-launch/login-settings.json",
+        r#"{"sandbox": {"filesystem": {"denyRead": ["~/secret"]}}}"#,
+        0o644,
+    );
+    let config = format!(
+        "shell: /bin/sh\nsettings: {}\noptions: [--network, none]\n",
+        settings.display()
+    );
+    etc.write("sandbox-launch/login.yaml", &config, 0o644);
+    let probe = "echo SHELL=$SHELL; cat ~/plain; echo; cat ~/secret; env | grep -ci _proxy; true";
+    let out = su(&etc, &user, &["-", "-c", probe], "");
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(
+        text.contains("SHELL=/bin/sh\nplain-text\n"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!text.contains("s3cret"), "{}", explain(&out));
+    // --network none: no proxy variables at all.
+    assert!(text.ends_with("\n0\n"), "{}", explain(&out));
+
+    // A login.yaml others may write is refused: no shell at all.
+    etc.write("sandbox-launch/login.yaml", &config, 0o666);
+    let out = su(&etc, &user, &["-", "-c", "touch ~/ran"], "");
+    assert_eq!(out.status.code(), Some(111), "{}", explain(&out));
+    assert!(
+        integration::stderr(&out).contains("login.yaml must belong to root"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!user.home.join("ran").exists());
+}
+
+/// Run a client command to completion (at most a minute), stdin from `input`.
+fn run(mut cmd: Command, input: &str) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let pid = child.id() as i32;
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(60)).is_err() {
+            // SAFETY: signalling our own child, which has not been reaped yet.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    let _ = watchdog.join();
+    assert!(out.status.code().is_some(), "timed out: {}", explain(&out));
+    out
+}
+
+#[test]
+fn over_ssh_sessions_scp_sftp_and_rsync_run_inside_the_sandbox() {
+    assert!(
+        is_root(),
+        "the sshd tests need root (sshd, a user of their own)"
+    );
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    let sshd = Sshd::start(&etc, &user, &[]);
+    let local = TempDir::new("ssh-local");
+    let dest = |p: &str| format!("{}@127.0.0.1:{p}", user.name);
+    let home = |p: &str| user.home.join(p);
+
+    // A remote command: `shell -c COMMAND`, inside.
+    let mut c = sshd.client("ssh", "-p");
+    c.arg(format!("{}@127.0.0.1", user.name))
+        .arg("echo in:$(hostname):$SHELL; grep Seccomp: /proc/self/status");
+    let out = run(c, "");
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(
+        stdout(&out).contains("in:sandbox:/bin/bash\nSeccomp:\t2"),
+        "{}",
+        explain(&out)
+    );
+
+    // An interactive session on a pty: a login shell inside, whose $SHELL tmux can start.
+    let mut c = sshd.client("ssh", "-p");
+    c.arg("-tt").arg(format!("{}@127.0.0.1", user.name));
+    let session = format!("{SHELL_USERS}\n");
+    let out = run(c, &session);
+    let text = stdout(&out);
+    assert!(text.contains("SHELL=/bin/bash"), "{}", explain(&out));
+    assert!(text.contains("Seccomp:\t2"), "{}", explain(&out));
+    assert!(
+        text.contains("tmux-ran:/bin/bash:sandbox"),
+        "{}",
+        explain(&out)
+    );
+
+    // scp up and down, with the SFTP protocol (the default) and the old one (`scp -t` run by
+    // the shell).
+    std::fs::write(local.join("up.txt"), "uploaded by scp").unwrap();
+    for (flag, name) in [("-s", "scp-sftp.txt"), ("-O", "scp-legacy.txt")] {
+        let mut c = sshd.client("scp", "-P");
+        c.arg(flag).arg(local.join("up.txt")).arg(dest(name));
+        let out = run(c, "");
+        assert!(out.status.success(), "scp {flag}: {}", explain(&out));
+        assert_eq!(
+            std::fs::read_to_string(home(name)).unwrap(),
+            "uploaded by scp"
+        );
+        let mut c = sshd.client("scp", "-P");
+        c.arg(flag).arg(dest(name)).arg(local.join(name));
+        let out = run(c, "");
+        assert!(out.status.success(), "scp {flag} down: {}", explain(&out));
+        assert_eq!(
+            std::fs::read_to_string(local.join(name)).unwrap(),
+            "uploaded by scp"
+        );
+    }
+    // Its denied twin: a shell start-up file (a persistence surface) is not written, and
+    // outside the writable home nothing lands on the host.
+    let bashrc_before = std::fs::read(home(".bashrc")).unwrap();
+    for target in [".bashrc", "/var/tmp/sl-scp-escape"] {
+        let mut c = sshd.client("scp", "-P");
+        c.arg(local.join("up.txt")).arg(dest(target));
+        let out = run(c, "");
+        assert!(!out.status.success(), "scp to {target}: {}", explain(&out));
+    }
+    assert_eq!(std::fs::read(home(".bashrc")).unwrap(), bashrc_before);
+    assert!(!Path::new("/var/tmp/sl-scp-escape").exists());
+
+    // sftp: put, get, mkdir, rename.
+    let batch = format!(
+        "put {0}/up.txt sftp.txt\nmkdir d\nrename sftp.txt d/moved.txt\nget d/moved.txt {0}/got.txt\n",
+        local.path.display()
+    );
+    let mut c = sshd.client("sftp", "-P");
+    c.args(["-b", "-"]).arg(format!("{}@127.0.0.1", user.name));
+    let out = run(c, &batch);
+    assert!(out.status.success(), "sftp: {}", explain(&out));
+    assert_eq!(
+        std::fs::read_to_string(home("d/moved.txt")).unwrap(),
+        "uploaded by scp"
+    );
+    assert_eq!(
+        std::fs::read_to_string(local.join("got.txt")).unwrap(),
+        "uploaded by scp"
+    );
+
+    // rsync: the remote end (`rsync --server`) runs inside, started by the shell.
+    local.write("tree/a.txt", "A");
+    local.write("tree/sub/b.txt", "B");
+    let mut c = Command::new("rsync");
+    c.args(["-a", "-e", &sshd.rsync_shell()])
+        .arg(format!("{}/tree/", local.path.display()))
+        .arg(dest("synced/"));
+    let out = run(c, "");
+    assert!(out.status.success(), "rsync: {}", explain(&out));
+    assert_eq!(
+        std::fs::read_to_string(home("synced/sub/b.txt")).unwrap(),
+        "B"
+    );
+    // On the host, the files are the user's.
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(home("synced/a.txt")).unwrap().uid(),
+        user.uid
+    );
+}
+
+/// Whether a connection to `ssh -L` on `local_port` reaches `server` (host's 127.0.0.1).
+fn forward_reaches(sshd: &Sshd, user: &TestUser, server: &TcpListener) -> bool {
+    let server_port = server.local_addr().unwrap().port();
+    let local_port = integration::login::free_port();
+    let mut c = sshd.client("ssh", "-p");
+    c.args(["-N", "-L", &format!("{local_port}:127.0.0.1:{server_port}")])
+        .arg(format!("{}@127.0.0.1", user.name))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut client = c.spawn().unwrap();
+    let mut stream = None;
+    for _ in 0..200 {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", local_port)) {
+            stream = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let mut stream = stream.expect("ssh -L listens");
+    let _ = stream.write_all(b"through the tunnel");
+    server.set_nonblocking(false).unwrap();
+    let accepted = std::sync::mpsc::channel();
+    let listener = server.try_clone().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let _ = accepted.0.send(buf[..n].to_vec());
+        }
+    });
+    let got = accepted.1.recv_timeout(Duration::from_secs(3)).ok();
+    let _ = client.kill();
+    let _ = client.wait();
+    if got.is_none() {
+        // Unblock the accepting thread.
+        let _ = TcpStream::connect(("127.0.0.1", server_port));
+    }
+    got.is_some_and(|b| b == b"through the tunnel")
+}
+
+#[test]
+fn the_recipe_keeps_sshd_from_forwarding_past_the_sandbox_and_its_twin_shows_why() {
+    assert!(
+        is_root(),
+        "the sshd tests need root (sshd, a user of their own)"
+    );
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    // A server on the host's loopback, which the sandbox's own network cannot reach.
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let recipe = Sshd::start(&etc, &user, &[]);
+    assert!(
+        !forward_reaches(&recipe, &user, &server),
+        "AllowTcpForwarding no let ssh -L through"
+    );
+    drop(recipe);
+    // Without the setting, sshd itself dials the host's loopback for the client: outside the
+    // sandbox's network, whatever the sandbox allows.
+    let open = Sshd::start(&etc, &user, &["AllowTcpForwarding yes"]);
+    assert!(forward_reaches(&open, &user, &server));
+}
