@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-B = os.environ.get("BENCH_DIR", "/var/tmp/sl-bench")
+B = os.environ.get("BENCH_DIR", "/var/cache/sandbox-launch-tests/bench")
 QUICK = os.environ.get("QUICK") == "1"
 RUNS = 20 if QUICK else 60
 SL = f"{B}/sandbox-launch"

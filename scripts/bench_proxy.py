@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-B = os.environ.get("BENCH_DIR", "/var/tmp/sl-bench")
+B = os.environ.get("BENCH_DIR", "/var/cache/sandbox-launch-tests/bench")
 SL = os.environ.get("SL", f"{B}/sandbox-launch")
 QUICK = os.environ.get("QUICK") == "1"
 WORK = f"{B}/work"
