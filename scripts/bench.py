@@ -268,6 +268,8 @@ def machine():
         pass
     return f"{platform.system()} {platform.release()}, {os.cpu_count()} cores ({cpu}), {time.strftime('%Y-%m-%d')}"
 
+LOAD_START = os.getloadavg()[0]
+
 def main():
     print(f"machine: {machine()}", file=sys.stderr)
     print("bench: launch...", file=sys.stderr)
@@ -278,9 +280,11 @@ def main():
     proxy_rows()
     print("bench: footprint...", file=sys.stderr)
     footprint_rows()
+    # Others' load on a shared machine moves every row; the table says how much there was.
     print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine; "
           f"launch rows: {ROUNDS} interleaved rounds) "
-          "or 5 loops (syscalls); ratio = median / best peer's median (peers: bwrap, srt, nsjail).\n")
+          "or 5 loops (syscalls); ratio = median / best peer's median (peers: bwrap, srt, nsjail); "
+          f"load average {LOAD_START:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.\n")
     print("| section | measurement | tool | median | min–max | unit | × best peer | note |")
     print("| --- | --- | --- | ---: | ---: | --- | ---: | --- |")
     for (sec, what, tool, med, lo, hi, unit, ratio, note) in rows:
