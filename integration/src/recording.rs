@@ -2,7 +2,9 @@
 //! a server received and would act on, not on what the client saw: a TLS server (rustls, the
 //! ClientHello read by rustls's server-side `Acceptor`) that records each connection's SNI and
 //! how many bytes it received, and an HTTP/1.1 server (`httparse`, the parser of hyper's servers)
-//! that records each request's method, target and `Host` headers, with keep-alive.
+//! that records each request's method, target and `Host` headers, with keep-alive, and agrees to
+//! switch protocols (to WebSocket or to HTTP/2 over cleartext, `h2c`) as such servers do, after
+//! which it records every byte it receives.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -125,9 +127,19 @@ pub struct HttpRequest {
     pub hosts: Vec<String>,
 }
 
+/// A connection on which the HTTP server agreed to switch protocols.
+#[derive(Debug, Clone)]
+pub struct Switched {
+    /// The protocol it switched to (`h2c`, `websocket`), as the client named it.
+    pub protocol: String,
+    /// Every byte received after the request that asked for the switch.
+    pub bytes: Vec<u8>,
+}
+
 pub struct HttpRecorder {
     pub port: u16,
     requests: Arc<Mutex<Vec<HttpRequest>>>,
+    switched: Arc<Mutex<Vec<Switched>>>,
     /// Connections that sent bytes which did not parse as a request.
     garbled: Arc<Mutex<usize>>,
 }
@@ -138,20 +150,27 @@ impl HttpRecorder {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests: Arc<Mutex<Vec<HttpRequest>>> = Arc::default();
+        let switched: Arc<Mutex<Vec<Switched>>> = Arc::default();
         let garbled: Arc<Mutex<usize>> = Arc::default();
-        let (seen, bad) = (requests.clone(), garbled.clone());
+        let (seen, up, bad) = (requests.clone(), switched.clone(), garbled.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let (seen, bad) = (seen.clone(), bad.clone());
-                std::thread::spawn(move || http_conn(stream, &seen, &bad));
+                let (seen, up, bad) = (seen.clone(), up.clone(), bad.clone());
+                std::thread::spawn(move || http_conn(stream, &seen, &up, &bad));
             }
         });
         HttpRecorder {
             port,
             requests,
+            switched,
             garbled,
         }
+    }
+
+    /// The connections that switched protocols, and what arrived on them afterwards.
+    pub fn switched(&self) -> Vec<Switched> {
+        self.switched.lock().unwrap().clone()
     }
 
     pub fn requests(&self) -> Vec<HttpRequest> {
@@ -168,7 +187,12 @@ impl HttpRecorder {
     }
 }
 
-fn http_conn(mut stream: TcpStream, seen: &Mutex<Vec<HttpRequest>>, bad: &Mutex<usize>) {
+fn http_conn(
+    mut stream: TcpStream,
+    seen: &Mutex<Vec<HttpRequest>>,
+    switched: &Mutex<Vec<Switched>>,
+    bad: &Mutex<usize>,
+) {
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     let mut buf = Vec::new();
     loop {
@@ -187,7 +211,16 @@ fn http_conn(mut stream: TcpStream, seen: &Mutex<Vec<HttpRequest>>, bad: &Mutex<
                         .map(|h| String::from_utf8_lossy(h.value).into_owned())
                         .collect(),
                 });
+                let upgrade = req
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("upgrade"))
+                    .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+                    .filter(|p| p == "h2c" || p == "websocket");
                 buf.drain(..len);
+                if let Some(protocol) = upgrade {
+                    return switch(stream, protocol, buf, switched);
+                }
                 let body = format!("http-ok {target}\n");
                 let reply = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
@@ -214,5 +247,35 @@ fn http_conn(mut stream: TcpStream, seen: &Mutex<Vec<HttpRequest>>, bad: &Mutex<
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
+    }
+}
+
+/// Agree to switch to `protocol` and record everything that arrives afterwards (`early`: what
+/// had arrived already).
+fn switch(
+    mut stream: TcpStream,
+    protocol: String,
+    early: Vec<u8>,
+    switched: &Mutex<Vec<Switched>>,
+) {
+    let reply = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {protocol}\r\n\r\n"
+    );
+    if stream.write_all(reply.as_bytes()).is_err() {
+        return;
+    }
+    let index = {
+        let mut all = switched.lock().unwrap();
+        all.push(Switched {
+            protocol,
+            bytes: early,
+        });
+        all.len() - 1
+    };
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = stream.read(&mut chunk) {
+        switched.lock().unwrap()[index]
+            .bytes
+            .extend_from_slice(&chunk[..n]);
     }
 }

@@ -335,3 +335,105 @@ network_policies:
         }
     }
 }
+
+/// Python, after `PRELUDE`: ask to switch protocols in a tunnel opened for allowed.test, then
+/// speak the new protocol: HTTP/2 (the connection preface and a request naming denied.test) or
+/// WebSocket (one masked text frame).
+const SWITCH: &str = r#"
+def h2_request(authority, path):
+    block = b"\x82\x86\x41" + bytes([len(authority)]) + authority + b"\x44" + bytes([len(path)]) + path
+    frame = len(block).to_bytes(3, "big") + b"\x01\x05" + (3).to_bytes(4, "big") + block
+    return b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + frame
+
+def ws_frame(text):
+    mask = b"\x01\x02\x03\x04"
+    return bytes([0x81, 0x80 | len(text)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(text))
+
+def switch(label, way, port, protocol):
+    try:
+        s = open_tunnel(way, port)
+        extra = b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n" if protocol == "h2c" else b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        s.sendall(b"GET /" + label.encode() + b" HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade\r\nUpgrade: " + protocol.encode() + b"\r\n" + extra + b"\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            c = s.recv(1)
+            if not c:
+                break
+            head += c
+        status = head.split(b"\r\n")[0].decode(errors="replace")
+        if protocol == "h2c":
+            s.sendall(h2_request(b"denied.test", b"/smuggled-" + label.encode()))
+        else:
+            s.sendall(ws_frame(b"ws-" + label.encode()))
+        s.settimeout(1)
+        try:
+            s.recv(4096)
+        except OSError:
+            pass
+        print(label + "=" + status)
+    except (ConnectionResetError, BrokenPipeError):
+        print(label + "=reset")
+    except OSError as e:
+        print(label + "=error " + str(e))
+"#;
+
+#[test]
+fn an_h2c_upgrade_cannot_carry_requests_past_the_check_and_websockets_still_switch() {
+    // After `101 Switching Protocols` to h2c the server reads HTTP/2 requests, each naming its
+    // own `:authority`, which the proxy would only relay: the switch must never happen. The
+    // twin: a WebSocket switch (whose frames name no host) still happens, its bytes flow.
+    for caller in CALLERS {
+        let http = HttpRecorder::start();
+        let work = TempDir::new("fronting-switch");
+        let mut script = format!("{PRELUDE}{SWITCH}");
+        for w in WAYS {
+            for protocol in ["h2c", "websocket"] {
+                script += &format!(
+                    "switch(\"switch-{protocol}-{w}\", \"{w}\", {}, \"{protocol}\")\n",
+                    http.port
+                );
+            }
+        }
+        let py = work.write("switch.py", &script);
+        let out = sh(
+            caller,
+            &work.path,
+            &allow_opts("/dev/null"),
+            &format!("python3 {}", py.display()),
+        );
+        let text = stdout(&out);
+        let ctx = || format!("{caller:?}: {}", explain(&out));
+        let switched = http.switched();
+        for w in WAYS {
+            assert_eq!(
+                line(&text, &format!("switch-websocket-{w}")),
+                "HTTP/1.1 101 Switching Protocols",
+                "{}",
+                ctx()
+            );
+            let ws = format!("ws-switch-websocket-{w}");
+            assert!(
+                switched.iter().any(|s| s.protocol == "websocket"
+                    && s.bytes.len() >= 6 + ws.len()),
+                "{w}: {switched:?}: {}",
+                ctx()
+            );
+            // The h2c request is answered as the HTTP/1.1 request it also is.
+            assert_eq!(
+                line(&text, &format!("switch-h2c-{w}")),
+                "HTTP/1.1 200 OK",
+                "{}",
+                ctx()
+            );
+            assert!(http.saw(&format!("/switch-h2c-{w}")), "{}", ctx());
+        }
+        assert!(
+            switched.iter().all(|s| s.protocol != "h2c"),
+            "{switched:?}: {}",
+            ctx()
+        );
+        for r in http.requests() {
+            assert!(!r.target.contains("smuggled"), "{r:?}");
+        }
+    }
+}

@@ -2,8 +2,11 @@
 //! relayed request by request, so that every request on a kept-alive connection is checked, not
 //! only the first. Each request head is parsed by hyper (httparse), its hosts found by the same
 //! rules as the first flight (`head::names`), and a request naming another host is answered 403
-//! and the connection closed. A protocol switch (`101`, WebSocket) hands both sockets to a plain
-//! byte copy once the server has agreed.
+//! and the connection closed. A protocol switch (`101`) hands both sockets to a plain byte copy
+//! once the server has agreed — to WebSocket only, whose frames name no host. An offer to switch
+//! to anything else (HTTP/2 over cleartext, `Upgrade: h2c`, after which the server reads requests
+//! that each name their own host) is taken off the request, which the server then answers as the
+//! HTTP/1.1 request it also is (RFC 9113 §3.2 lets any server ignore the offer).
 
 use std::io;
 use std::pin::Pin;
@@ -11,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONNECTION, HOST};
+use hyper::header::{HeaderMap, HeaderValue, CONNECTION, HOST, UPGRADE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -103,6 +106,7 @@ async fn one_request(
         }
         return resp;
     }
+    let switching = keep_only_websocket_upgrades(req.headers_mut());
     let client_upgrade = hyper::upgrade::on(&mut req);
     let mut sender = sender.lock().await;
     if sender.ready().await.is_err() {
@@ -113,7 +117,7 @@ async fn one_request(
         Err(_) => return gateway_error(host),
     };
     drop(sender);
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+    if switching && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let server_upgrade = hyper::upgrade::on(&mut resp);
         tokio::spawn(async move {
             if let (Ok(c), Ok(s)) = (client_upgrade.await, server_upgrade.await) {
@@ -123,6 +127,20 @@ async fn one_request(
         });
     }
     resp.map(|b| b.boxed())
+}
+
+/// Take every protocol-switch offer but WebSocket off a request; whether one is left.
+fn keep_only_websocket_upgrades(headers: &mut HeaderMap) -> bool {
+    let websocket = headers.get_all(UPGRADE).iter().count() == 1
+        && headers
+            .get(UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"));
+    if !websocket {
+        headers.remove(UPGRADE);
+        headers.remove("http2-settings");
+    }
+    websocket
 }
 
 fn gateway_error(host: &Host) -> Response<Body> {
@@ -215,5 +233,23 @@ mod tests {
         assert!(out.contains("403 Forbidden"), "{out}");
         let why = task.await.unwrap().unwrap();
         assert!(why.contains("HTTP Host asks for denied.test"), "{why}");
+    }
+
+    #[test]
+    fn only_a_websocket_upgrade_offer_is_kept() {
+        let offer = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(UPGRADE, HeaderValue::from_str(v).unwrap());
+            }
+            h.insert("http2-settings", HeaderValue::from_static("AAMAAABkAAQAAP__"));
+            let kept = keep_only_websocket_upgrades(&mut h);
+            (kept, h.contains_key(UPGRADE), h.contains_key("http2-settings"))
+        };
+        assert_eq!(offer(&["websocket"]), (true, true, true));
+        assert_eq!(offer(&[" WebSocket "]), (true, true, true));
+        for h2 in [&["h2c"][..], &["websocket, h2c"], &["websocket", "h2c"], &["HTTP/2.0"], &[]] {
+            assert_eq!(offer(h2), (false, false, false), "{h2:?}");
+        }
     }
 }
