@@ -17,7 +17,7 @@ use hyper::header::HOST;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
@@ -129,13 +129,21 @@ pub async fn intercept(
     decision: Decision,
     binary: Option<Program>,
 ) -> Result<()> {
+    // The same bounds as every other client: `idle` for the first byte, `header` for the TLS
+    // handshake and for each request head, whose size is capped as on the HTTP listener.
+    let timeouts = proxy.timeouts;
     let mut first = [0u8; 1];
-    let tls = client.peek(&mut first).await? == 1 && first[0] == 0x16;
+    let Ok(peeked) = tokio::time::timeout(timeouts.idle, client.peek(&mut first)).await else {
+        super::tunnel::reset(client);
+        return Ok(());
+    };
+    let tls = peeked? == 1 && first[0] == 0x16;
     let (client_io, upstream_io): (Box<dyn Io>, Box<dyn Io>) = if tls {
         let config = inspector.server_config(&decision.host)?;
-        let client_tls = tokio_rustls::TlsAcceptor::from(config)
-            .accept(client)
+        let accept = tokio_rustls::TlsAcceptor::from(config).accept(client);
+        let client_tls = tokio::time::timeout(timeouts.header, accept)
             .await
+            .map_err(|_| anyhow!("the program inside did not finish its TLS handshake in time"))?
             .context("TLS handshake with the program inside")?;
         let server_name = match &decision.host {
             Host::Name(n) => ServerName::try_from(n.clone())?,
@@ -167,6 +175,9 @@ pub async fn intercept(
         }
     });
     http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header)
+        .max_buf_size(super::head::MAX_HEAD)
         .serve_connection(TokioIo::new(client_io), svc)
         .await?;
     Ok(())
