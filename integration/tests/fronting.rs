@@ -413,8 +413,9 @@ fn an_h2c_upgrade_cannot_carry_requests_past_the_check_and_websockets_still_swit
             );
             let ws = format!("ws-switch-websocket-{w}");
             assert!(
-                switched.iter().any(|s| s.protocol == "websocket"
-                    && s.bytes.len() >= 6 + ws.len()),
+                switched
+                    .iter()
+                    .any(|s| s.protocol == "websocket" && s.bytes.len() >= 6 + ws.len()),
                 "{w}: {switched:?}: {}",
                 ctx()
             );

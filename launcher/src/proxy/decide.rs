@@ -7,13 +7,16 @@
 //! ([`super::request_path`]) and the server is sent that path; a `deny_rules` entry of any rule
 //! that speaks for the connection beats every allow; when some rule that lets the connection
 //! through checks requests, only request rules can allow a request (a rule without request rules
-//! does not wave it through).
+//! does not wave it through). A request is also decided as each method it asks the server to
+//! take it for instead ([`super::request_method`]).
 
 use anyhow::Result;
+use hyper::header::HeaderMap;
 
 use super::explain;
 use super::identify::Program;
 use super::matcher::Host;
+use super::request_method;
 use super::request_path::{self, CanonicalPath, PathError};
 use super::rules::{Rule, Rules};
 use crate::policy::model::{Enforcement, NetworkPolicy};
@@ -299,6 +302,49 @@ impl Decider {
             d.canonical_path = Some(cpath.path);
         }
         d
+    }
+
+    /// [`Decider::check_request`] for a request as a server may take it: also as every method
+    /// its method-override headers or `_method` parameter name ([`request_method`]). The
+    /// strictest answer counts.
+    pub fn check_http(
+        &self,
+        conn: &Decision,
+        method: &str,
+        headers: &HeaderMap,
+        path: &str,
+        query: Option<&str>,
+    ) -> Decision {
+        let mut worst = self.check_request(conn, method, path, query);
+        if !worst.verdict.lets_through() || conn.rest_rules.is_empty() {
+            return worst;
+        }
+        // The query parsed, or the request would have been refused above.
+        let params = request_path::parse_query(query.unwrap_or("")).unwrap_or_default();
+        let overrides = match request_method::overrides(headers, &params) {
+            Ok(o) => o,
+            Err(why) => {
+                worst.verdict = Verdict::Deny;
+                worst.reason = format!("{} on {} is refused: {why}", method, conn.host);
+                worst.hint = Some("send the method on the request line".into());
+                worst.canonical_path = None;
+                return worst;
+            }
+        };
+        for o in overrides {
+            let mut d = self.check_request(conn, &o.method, path, query);
+            d.reason = format!("taken as {} (the {}): {}", o.method, o.via, d.reason);
+            match d.verdict {
+                Verdict::Deny => return d,
+                Verdict::Audit if worst.verdict == Verdict::Allow => {
+                    worst.verdict = Verdict::Audit;
+                    worst.rule = d.rule;
+                    worst.reason = d.reason;
+                }
+                _ => {}
+            }
+        }
+        worst
     }
 
     /// The canonical path (allowing `%2F` if one of the rules does) and the decoded query.

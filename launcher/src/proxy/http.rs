@@ -108,9 +108,10 @@ async fn forward(
     let connection = proxy
         .decider
         .decide(&host, port, binary.as_ref(), Channel::PlainHttp);
-    let decision = proxy
-        .decider
-        .check_request(&connection, &method, &path, uri.query());
+    let decision =
+        proxy
+            .decider
+            .check_http(&connection, &method, req.headers(), &path, uri.query());
     // Reuse the connection kept for this very authority when the request is allowed.
     let key = format!("{host}:{port}");
     let mut reused = None;

@@ -242,13 +242,26 @@ mod tests {
             for v in values {
                 h.append(UPGRADE, HeaderValue::from_str(v).unwrap());
             }
-            h.insert("http2-settings", HeaderValue::from_static("AAMAAABkAAQAAP__"));
+            h.insert(
+                "http2-settings",
+                HeaderValue::from_static("AAMAAABkAAQAAP__"),
+            );
             let kept = keep_only_websocket_upgrades(&mut h);
-            (kept, h.contains_key(UPGRADE), h.contains_key("http2-settings"))
+            (
+                kept,
+                h.contains_key(UPGRADE),
+                h.contains_key("http2-settings"),
+            )
         };
         assert_eq!(offer(&["websocket"]), (true, true, true));
         assert_eq!(offer(&[" WebSocket "]), (true, true, true));
-        for h2 in [&["h2c"][..], &["websocket, h2c"], &["websocket", "h2c"], &["HTTP/2.0"], &[]] {
+        for h2 in [
+            &["h2c"][..],
+            &["websocket, h2c"],
+            &["websocket", "h2c"],
+            &["HTTP/2.0"],
+            &[],
+        ] {
             assert_eq!(offer(h2), (false, false, false), "{h2:?}");
         }
     }

@@ -195,7 +195,7 @@ async fn one_request(
     let path = req.uri().path().to_string();
     let mut d = proxy
         .decider
-        .check_request(conn, &method, &path, req.uri().query());
+        .check_http(conn, &method, req.headers(), &path, req.uri().query());
     // The tunnel was checked for its CONNECT host: a request naming another host, or naming
     // it ambiguously, is refused.
     let target = req.uri().to_string();

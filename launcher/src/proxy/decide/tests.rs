@@ -572,3 +572,55 @@ fn a_denied_star_with_a_port_refuses_that_port_everywhere() {
         Verdict::Allow
     );
 }
+
+#[test]
+fn a_request_is_decided_as_every_method_it_asks_to_be_taken_for() {
+    use hyper::header::{HeaderMap, HeaderValue};
+    let check = |enforcement: Enforcement, header: Option<&str>, target: &str| {
+        let mut ep = rest(
+            "api.test",
+            vec![rule("POST", "/items/**"), rule("GET", "/**")],
+            vec![rule("DELETE", "/items/**")],
+        );
+        ep.enforcement = enforcement;
+        let d = openshell(vec![ep], &[]);
+        let conn = d.decide(&host("api.test"), 80, None, Channel::PlainHttp);
+        let mut headers = HeaderMap::new();
+        if let Some(h) = header {
+            headers.insert("x-http-method-override", HeaderValue::from_str(h).unwrap());
+        }
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        d.check_http(&conn, "POST", &headers, path, Some(query))
+    };
+    let refused = check(Enforcement::Enforce, Some("DELETE"), "/items/1?");
+    assert_eq!(refused.verdict, Verdict::Deny);
+    assert!(
+        refused
+            .reason
+            .starts_with("taken as DELETE (the x-http-method-override header)"),
+        "{}",
+        refused.reason
+    );
+    let by_query = check(Enforcement::Enforce, None, "/items/1?_method=delete");
+    assert_eq!(by_query.verdict, Verdict::Deny, "{}", by_query.reason);
+    assert_eq!(
+        check(Enforcement::Enforce, Some("GET"), "/items/1?").verdict,
+        Verdict::Allow
+    );
+    assert_eq!(
+        check(Enforcement::Enforce, None, "/items/1?").verdict,
+        Verdict::Allow
+    );
+    assert_eq!(
+        check(Enforcement::Enforce, Some("not a method"), "/items/1?").verdict,
+        Verdict::Deny
+    );
+    // Audit: let through, and the reason says what would have been refused.
+    let audited = check(Enforcement::Audit, Some("DELETE"), "/items/1?");
+    assert_eq!(audited.verdict, Verdict::Audit);
+    assert!(
+        audited.reason.contains("taken as DELETE"),
+        "{}",
+        audited.reason
+    );
+}
