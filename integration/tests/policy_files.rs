@@ -218,6 +218,18 @@ fn a_misspelt_top_level_settings_key_refuses_the_launch() {
             &["--settings", settings.to_str().unwrap()],
             &["`sandbx` looks like a misspelt `sandbox`"],
         );
+        // Next to the right key, a misspelt twin would take its denies with it.
+        let both = work.write(
+            "both.json",
+            r#"{"sandbox": {"network": {"allowedDomains": ["example.com"]}},
+                "Sandbox": {"filesystem": {"denyRead": ["./secret"]}}}"#,
+        );
+        refused_before_the_program_runs(
+            caller,
+            &work,
+            &["--settings", both.to_str().unwrap()],
+            &["`Sandbox` looks like a misspelt `sandbox`"],
+        );
         // The allowed twin: spelt right, the same file launches.
         let good = work.write(
             "good.json",

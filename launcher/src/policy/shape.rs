@@ -290,14 +290,21 @@ impl<'de> Visitor<'de> for Refuse {
 /// `k` is probably a misspelling of `known`: equal once case, `_` and `-` are ignored, or at
 /// most two edits apart (for keys long enough that two edits is a typo, not another word).
 pub fn looks_like(k: &str, known: &str) -> bool {
-    let fold = |s: &str| -> String {
-        s.chars()
-            .filter(|c| *c != '_' && *c != '-')
-            .flat_map(char::to_lowercase)
-            .collect()
-    };
     let (a, b) = (fold(k), fold(known));
     a == b || (b.len() >= 5 && edit_distance(&a, &b) <= 2)
+}
+
+/// `k` differs from `known` only in case, `_` and `-`, or by one edit: almost surely a typo.
+pub fn looks_much_like(k: &str, known: &str) -> bool {
+    let (a, b) = (fold(k), fold(known));
+    a == b || (b.len() >= 5 && edit_distance(&a, &b) <= 1)
+}
+
+fn fold(s: &str) -> String {
+    s.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

@@ -93,10 +93,38 @@ pub fn parse(text: &str, file: &Path, source: Source, cwd: &Path, home: &Path) -
     Ok(frag)
 }
 
-/// Which format the top level is in; neither, or both, is an error.
+/// The top-level keys that decide the format.
+const FORMAT_KEYS: [&str; 3] = ["sandbox", "network", "filesystem"];
+
+/// A top-level key that looks like a misspelt format key (`sandbx`, `Sandbox`), with a note
+/// saying so; the file's other keys are the agent's own and are not looked at. `alike` says how
+/// alike counts.
+fn misspelt(top: &Map<String, Value>, alike: fn(&str, &str) -> bool) -> Option<String> {
+    top.keys()
+        .filter(|k| !FORMAT_KEYS.contains(&k.as_str()))
+        .find_map(|k| {
+            FORMAT_KEYS
+                .into_iter()
+                .find(|known| alike(k, known))
+                .map(|known| format!("`{k}` looks like a misspelt `{known}`"))
+        })
+}
+
+/// Which format the top level is in; neither, or both, is an error, and so is a key that looks
+/// like a misspelt format key (next to the right one it would silently take its rules away).
 fn format(doc: &Doc, top: &Map<String, Value>) -> Result<Format> {
     let agent = top.contains_key("sandbox");
     let runtime = top.contains_key("network") || top.contains_key("filesystem");
+    // Next to a format key, only a near certain typo: the agent's own keys may look similar.
+    let typo = || misspelt(top, shape::looks_much_like);
+    if let (true, Some(note)) = (agent || runtime, typo()) {
+        return Err(doc.error(
+            &KeyPath::root(""),
+            format!(
+                "{note}; its rules would be ignored, so the file is refused (rename or remove it)"
+            ),
+        ));
+    }
     match (agent, runtime) {
         (true, false) => Ok(Format::Agent),
         (false, true) => Ok(Format::Runtime),
@@ -105,12 +133,7 @@ fn format(doc: &Doc, top: &Map<String, Value>) -> Result<Format> {
             "has both a `sandbox` object (agent settings) and top-level `network`/`filesystem` (sandbox-runtime settings); keep one format per file",
         )),
         (false, false) => {
-            let meant = top.keys().find_map(|k| {
-                ["sandbox", "network", "filesystem"]
-                    .into_iter()
-                    .find(|known| shape::looks_like(k, known))
-                    .map(|known| format!(" (`{k}` looks like a misspelt `{known}`)"))
-            });
+            let meant = misspelt(top, shape::looks_like).map(|note| format!(" ({note})"));
             Err(doc.error(
                 &KeyPath::root(""),
                 format!(

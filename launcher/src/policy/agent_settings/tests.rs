@@ -119,6 +119,25 @@ fn a_file_in_neither_format_is_refused_naming_a_misspelling() {
 }
 
 #[test]
+fn a_misspelt_format_key_next_to_the_right_one_is_refused() {
+    let e = parse_err(
+        r#"{"sandbox": {}, "Sandbox": {"filesystem": {"denyRead": ["~/.ssh"]}}, "model": "x"}"#,
+    );
+    assert!(
+        e.contains("`Sandbox` looks like a misspelt `sandbox`"),
+        "{e}"
+    );
+    let e =
+        parse_err(r#"{"network": {"allowedDomains": [], "deniedDomains": []}, "filesytem": {}}"#);
+    assert!(
+        e.contains("`filesytem` looks like a misspelt `filesystem`"),
+        "{e}"
+    );
+    // The agent's own keys stay its business.
+    parse_ok(r#"{"sandbox": {}, "model": "x", "permissions": {}, "sandboxed": 1}"#);
+}
+
+#[test]
 fn sandbox_runtime_settings_are_read_as_such() {
     let f = parse_ok(
         r#"{
