@@ -302,6 +302,12 @@ fn object_of(fd: OwnedFd) -> Result<Object, Errno> {
     })
 }
 
+/// What a path names: something that exists, or the place where it would be created.
+pub(super) enum Found {
+    Object(Object),
+    Missing(Place),
+}
+
 /// What `path` names, following its final symlinks when `follow_final` (as open without
 /// O_NOFOLLOW does).
 pub(super) fn object(
@@ -310,10 +316,24 @@ pub(super) fn object(
     path: &CString,
     follow_final: bool,
 ) -> Result<Object, Errno> {
+    match lookup(who, dirfd, path, follow_final)? {
+        Found::Object(obj) => Ok(obj),
+        Found::Missing(_) => Err(Errno::ENOENT),
+    }
+}
+
+/// Like [`object`], but when nothing is there, the place where it would be created (its final
+/// symlinks followed when `follow_final`, as `open(O_CREAT)` does).
+pub(super) fn lookup(
+    who: Asker<'_>,
+    dirfd: i32,
+    path: &CString,
+    follow_final: bool,
+) -> Result<Found, Errno> {
     let rewritten = as_target(who.tid, path.as_bytes());
     if let Some((n, b"")) = own_fd(who.tid, &rewritten) {
         // The target's own descriptor: what it refers to.
-        return object_of(who.fd(n)?);
+        return Ok(Found::Object(object_of(who.fd(n)?)?));
     }
     let mut place = self::place(who, dirfd, path)?;
     if follow_final {
@@ -326,16 +346,21 @@ pub(super) fn object(
     } else {
         libc::O_NOFOLLOW
     };
-    let mut obj = object_of(open_at(
+    let fd = match open_at(
         Some(&place.dir),
         place.name.as_bytes(),
         libc::O_PATH | nofollow,
-    )?)?;
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(Found::Missing(place)),
+        Err(e) => return Err(e),
+    };
+    let mut obj = object_of(fd)?;
     obj.via = place.via;
     if obj.real.as_ref() != Some(&place.full) {
         obj.via.push(place.full);
     }
-    Ok(obj)
+    Ok(Found::Object(obj))
 }
 
 /// What the target's descriptor `fd` refers to (`AT_EMPTY_PATH`).

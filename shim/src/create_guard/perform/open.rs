@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use nix::errno::Errno;
 
 use super::super::answer::{answer, errno_of, Answer};
-use super::super::resolve::{follow, object, place, Object};
+use super::super::resolve::{lookup, object, place, Found, Object};
 use super::super::rules::Op;
 use super::super::target::{controlling_tty, Asker};
 use super::super::Handler;
@@ -32,18 +32,17 @@ impl Handler {
         }
         let creating = flags & libc::O_CREAT != 0;
         let nofollow = flags & libc::O_NOFOLLOW != 0;
-        if !(creating && flags & libc::O_EXCL != 0) {
-            match object(who, dirfd, path, !nofollow) {
-                Ok(obj) => return self.reopen(who, obj, flags),
-                // Nothing there (or a dangling symlink): created below.
-                Err(Errno::ENOENT) if creating => {}
-                Err(e) => return Err(e),
+        let place = if creating && flags & libc::O_EXCL != 0 {
+            // O_EXCL: whatever is there (a symlink too) makes it fail; nothing is followed.
+            place(who, dirfd, path)?
+        } else {
+            match lookup(who, dirfd, path, !nofollow)? {
+                Found::Object(obj) => return self.reopen(who, obj, flags),
+                // Nothing there (or a dangling symlink, followed to where it leads).
+                Found::Missing(place) if creating => place,
+                Found::Missing(_) => return Err(Errno::ENOENT),
             }
-        }
-        let mut place = place(who, dirfd, path)?;
-        if flags & libc::O_EXCL == 0 && !nofollow {
-            place = follow(who, place)?;
-        }
+        };
         self.check_via(
             Op::Create {
                 path: &place.full,

@@ -79,7 +79,8 @@ pub struct Rules {
     roots: Vec<PathBuf>,
     overrides: Vec<PathBuf>,
     denied: Vec<PathBuf>,
-    anchored: Vec<(PathBuf, Rule)>,
+    /// By anchor (the home directory's rules share one).
+    anchored: Vec<(PathBuf, Vec<Rule>)>,
     /// Rules matched at any depth, by their first component (`None`: a glob there).
     anywhere: HashMap<Option<Vec<u8>>, Vec<Rule>>,
 }
@@ -95,7 +96,7 @@ fn components(p: &Path) -> Vec<&OsStr> {
 
 impl Rules {
     pub fn new(spec: &PersistSpec) -> Rules {
-        let mut anchored = Vec::new();
+        let mut anchored: Vec<(PathBuf, Vec<Rule>)> = Vec::new();
         let mut anywhere: HashMap<Option<Vec<u8>>, Vec<Rule>> = HashMap::new();
         for r in &spec.rules {
             let rule = Rule {
@@ -103,7 +104,10 @@ impl Rules {
                 surface: r.surface.clone(),
             };
             match &r.anchor {
-                Some(a) => anchored.push((a.clone(), rule)),
+                Some(a) => match anchored.iter_mut().find(|(b, _)| b == a) {
+                    Some((_, rules)) => rules.push(rule),
+                    None => anchored.push((a.clone(), vec![rule])),
+                },
                 None => {
                     let head = rule.pattern.literal_head().map(<[u8]>::to_vec);
                     anywhere.entry(head).or_default().push(rule);
@@ -152,13 +156,16 @@ impl Rules {
             _ => None,
         };
         let comps = components(path);
-        for (anchor, rule) in &self.anchored {
+        for (anchor, rules) in &self.anchored {
             if let Ok(rest) = path.strip_prefix(anchor) {
-                if let Some(why) = verdict(rule.pattern.fit(&components(rest)), rule) {
-                    return Some(why);
+                let rest = components(rest);
+                for rule in rules {
+                    if let Some(why) = verdict(rule.pattern.fit(&rest), rule) {
+                        return Some(why);
+                    }
                 }
             } else if anchor.starts_with(path) && !mkdir {
-                return Some(format!("{} (on the way to it)", rule.surface));
+                return Some(format!("{} (on the way to it)", rules[0].surface));
             }
         }
         for i in 0..comps.len() {
