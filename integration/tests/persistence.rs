@@ -402,6 +402,10 @@ fn a_protected_path_that_is_a_symlink_protects_where_it_leads() {
         std::fs::create_dir_all(proj.join("dotfiles")).unwrap();
         std::fs::write(proj.join("dotfiles/bashrc"), "# mine\n").unwrap();
         std::os::unix::fs::symlink("dotfiles/bashrc", proj.join(".bashrc")).unwrap();
+        // A stow-managed `~/.config -> dotfiles/.config` (the link named as its target) with no
+        // `git/` in it yet: git's global configuration would be created through the link.
+        std::fs::create_dir_all(proj.join("dotfiles/.config")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/.config", proj.join(".config")).unwrap();
         parent.give_to_sandbox_user(&parent.path);
         let parent_path = parent.path.to_str().unwrap().to_string();
         let script = format!(
@@ -414,7 +418,10 @@ try hooks-by-name sh -c 'printf "%s\n" "$hook" > .git/hooks/pre-commit'
 try hooks-by-target sh -c 'printf "%s\n" "$hook" > hooks.real/pre-commit'
 try bashrc-target sh -c "echo 'touch $M-bashrc' >> dotfiles/bashrc"
 try bashrc-link sh -c "echo 'touch $M-bashrc' >> .bashrc"
+try xdg-git-by-name sh -c 'mkdir -p .config/git && printf "[core]\n\tfsmonitor = touch $M-xdg\n" > .config/git/config'
+try xdg-git-by-target sh -c 'mkdir -p dotfiles/.config/git && printf "[core]\n\tfsmonitor = touch $M-xdg\n" > dotfiles/.config/git/config'
 echo fine > dotfiles/other && echo ok:twin
+mkdir -p .config/other && echo ok:xdg-twin
 "##
         );
         let out = sh(caller, &proj, &["--allow-write", &parent_path], &script);
@@ -422,12 +429,24 @@ echo fine > dotfiles/other && echo ok:twin
         assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
         assert_eq!(
             text.matches("refused:").count(),
-            8,
+            10,
             "{caller:?}: {}",
             explain(&out)
         );
         assert!(text.contains("ok:twin"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("ok:xdg-twin"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         host_runs(&proj);
+        // git with this HOME reads `~/.config/git/config` (through the link).
+        let _ = Command::new("git")
+            .args(["-c", "safe.directory=*", "status"])
+            .current_dir(&proj)
+            .env("HOME", &proj)
+            .env_remove("XDG_CONFIG_HOME")
+            .output();
         let _ = Command::new("bash")
             .args(["-i", "-c", "true"])
             .env("HOME", &proj)
@@ -448,6 +467,7 @@ echo fine > dotfiles/other && echo ok:twin
             std::fs::read_to_string(proj.join("dotfiles/bashrc")).unwrap(),
             "# mine\n"
         );
+        assert!(!proj.join("dotfiles/.config/git/config").exists());
     }
 }
 

@@ -104,7 +104,17 @@ pub fn plan(req: &Request<'_>) -> Protections {
                 out.protect(&p, &why, &roots, false)
             }
             Ok(_) => out.read_only.push(p),
-            Err(_) => out.missing.push(p),
+            Err(_) => {
+                // Missing below a symlinked directory (a stow-managed `~/.config ->
+                // dotfiles/.config`): it would be created where the link leads, which its own
+                // name must not reach either. (What exists is bound there already.)
+                let there = named(&p);
+                if there != p {
+                    let why = format!("{} is a protected path", p.display());
+                    out.protect(&there, &why, &roots, false);
+                }
+                out.missing.push(p)
+            }
         }
     }
     out.read_only.extend(super::git_hooks_at_launch(&roots));
