@@ -270,16 +270,16 @@ def machine():
 
 LOAD_START = os.getloadavg()[0]
 
+# BENCH_SECTIONS=syscall,footprint runs only those sections (default: all).
+SECTIONS = [s for s in os.environ.get("BENCH_SECTIONS", "launch,syscall,proxy,footprint").split(",") if s]
+
 def main():
     print(f"machine: {machine()}", file=sys.stderr)
-    print("bench: launch...", file=sys.stderr)
-    launch_rows()
-    print("bench: syscall cost...", file=sys.stderr)
-    syscall_rows()
-    print("bench: proxy...", file=sys.stderr)
-    proxy_rows()
-    print("bench: footprint...", file=sys.stderr)
-    footprint_rows()
+    for name, run in [("launch", launch_rows), ("syscall", syscall_rows), ("proxy", proxy_rows),
+                      ("footprint", footprint_rows)]:
+        if name in SECTIONS:
+            print(f"bench: {name}...", file=sys.stderr)
+            run()
     # Others' load on a shared machine moves every row; the table says how much there was.
     print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine; "
           f"launch rows: {ROUNDS} interleaved rounds) "

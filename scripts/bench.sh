@@ -7,6 +7,7 @@
 # /var/cache/sandbox-launch-tests/bench: a cache, kept out of /tmp and /var/tmp).
 #   scripts/bench.sh            # full run
 #   QUICK=1 scripts/bench.sh    # fewer repetitions
+#   BENCH_SECTIONS=syscall scripts/bench.sh   # only some sections (launch, syscall, proxy, footprint)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 export BENCH_DIR="${BENCH_DIR:-/var/cache/sandbox-launch-tests/bench}"
