@@ -79,6 +79,43 @@ pub enum Command {
         #[arg(long, value_name = "S", default_value_t = crate::control::protocol::default_grace())]
         grace: f64,
     },
+    /// Answer a running sandbox's prompts: interactively, or with --answer the next one.
+    ///
+    /// Without ID|NAME, the only running sandbox.
+    Prompt {
+        #[arg(value_name = "ID|NAME")]
+        target: Option<String>,
+        /// Answer the next prompt (an open one, else the next to open) and exit:
+        /// allow-once, allow-always, remove-from-deny-list or deny.
+        #[arg(long, value_name = "ANSWER")]
+        answer: Option<String>,
+        /// With --answer: give up (exit 1) when no prompt opens within S seconds.
+        #[arg(long, value_name = "S", requires = "answer")]
+        timeout: Option<f64>,
+        /// With --answer: print the sandbox's reply as JSON.
+        #[arg(long, requires = "answer")]
+        json: bool,
+    },
+    /// Change a running sandbox's network rules.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+    /// Allow a domain in a running sandbox, until it ends (written nowhere).
+    Allow {
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+        /// `example.com`, `*.example.com` or `host:port`.
+        domain: String,
+    },
+    /// Deny a domain in a running sandbox, until it ends (written nowhere); open connections
+    /// to it are closed.
+    Deny {
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+        /// `example.com`, `*.example.com`, `host:port`, `*` or `*:PORT`.
+        domain: String,
+    },
     /// Print a sandbox's recent events (lifecycle, denials, prompts, reloads); with --follow,
     /// every event as it happens until the sandbox ends.
     Events {
@@ -90,6 +127,20 @@ pub enum Command {
         /// The JSON Lines the sandbox sends, as `--events` writes them.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyAction {
+    /// Replace the network rules with FILE's: an OpenShell policy YAML (in place of
+    /// `--policy`) or a settings JSON (in place of `--settings`). Only network rules may differ
+    /// from the launch; the whole policy is checked before anything changes, then it is in
+    /// force at once and connections it no longer allows are closed.
+    Set {
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
     },
 }
 
@@ -217,6 +268,17 @@ pub struct SandboxArgs {
     /// `stop NAME`, `prompt NAME`, ...); without it, its id.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Hold a denied network request until someone answers (`sandbox-launch prompt`) or
+    /// --prompt-timeout passes (then it is denied). Also `sandbox.prompts` in settings.
+    #[arg(long)]
+    pub prompts: bool,
+    /// Seconds a prompt waits for an answer before the request is denied (default 60).
+    #[arg(long, value_name = "S")]
+    pub prompt_timeout: Option<f64>,
+    /// Never hold a request for an answer: denied at once, even with --prompts or
+    /// `sandbox.prompts`.
+    #[arg(long)]
+    pub non_interactive: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! Linux sandbox. See README.md and DESIGN.md.
 
 use clap::Parser;
-use sandbox_launch::{cli, control, doctor, login, persistence, policy, sandbox};
+use sandbox_launch::{cli, control, doctor, login, persistence, policy, prompt, sandbox};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -40,6 +40,18 @@ fn main() {
             }
         },
         cli::Command::Ps { json } => control::commands::ps(json),
+        cli::Command::Prompt {
+            target,
+            answer: Some(answer),
+            timeout,
+            json,
+        } => prompt::commands::answer_next(target.as_deref(), &answer, timeout, json),
+        cli::Command::Prompt { target, .. } => prompt::commands::interactive(target.as_deref()),
+        cli::Command::Policy {
+            action: cli::PolicyAction::Set { target, file },
+        } => control::commands::policy_set(&target, &file),
+        cli::Command::Allow { target, domain } => control::commands::allow(&target, &domain),
+        cli::Command::Deny { target, domain } => control::commands::deny(&target, &domain),
         cli::Command::Stop { target, grace } => control::commands::stop(&target, grace),
         cli::Command::Events {
             target,

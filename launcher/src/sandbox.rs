@@ -486,9 +486,11 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         Ok(p) => p,
         Err(e) => return supervisor::fail(&mut status, &e),
     };
-    // Launched as root, the sandbox runs as another user, whom the directory's mode (0700,
-    // root's) keeps out: nothing to mount over it (the shim could not reach it either).
-    control::hide::hide_control_dir(&mut prepared.spec, !prepared.identity.switch_from_root);
+    control::hide::hide_control_dir(&mut prepared.spec, prepared.identity.switch_from_root);
+    let steering = control::steer::attach(args, &mut prepared, &events);
+    for note in &steering.notes {
+        eprintln!("sandbox-launch: {note}");
+    }
     for w in &prepared.warnings {
         eprintln!("sandbox-launch: warning: {w}");
         status.emit(json!({"status": "warning", "warning": w}));
@@ -511,15 +513,17 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     };
     let live = registration.as_mut().map(|r| {
         let listener = r.listener.take();
-        let live = Arc::new(control::Live::new(
+        let mut live = control::Live::new(
             r.id.clone(),
             r.name.clone(),
             argv,
             kind,
             network_name(prepared.network),
             events.clone(),
-        ));
-        (listener, live)
+        );
+        live.reloader = steering.reloader;
+        live.prompts = steering.prompts;
+        (listener, steering.watcher, Arc::new(live))
     });
     let code = supervisor::run(supervisor::Launch {
         spec: prepared.spec,
@@ -533,10 +537,10 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         }),
         around_clone: Some(&birth),
         timeout,
-        on_spawn: live.map(|(listener, live)| -> supervisor::OnSpawn<'_> {
+        on_spawn: live.map(|(listener, watcher, live)| -> supervisor::OnSpawn<'_> {
             Box::new(move |pid| {
                 live.set_shim(pid);
-                listener.map(|l| control::on_demand(l, live))
+                control::on_demand(listener, watcher, live)
             })
         }),
     });

@@ -103,6 +103,52 @@ pub fn stop(target: &str, grace: f64) -> i32 {
     })())
 }
 
+/// `policy set ID|NAME FILE`.
+pub fn policy_set(target: &str, file: &std::path::Path) -> i32 {
+    report((|| {
+        let file = std::path::absolute(file)?;
+        change(target, json!({"op": "policy_set", "file": file}))
+    })())
+}
+
+/// `allow ID|NAME DOMAIN`.
+pub fn allow(target: &str, domain: &str) -> i32 {
+    report(change(target, json!({"op": "allow", "domain": domain})))
+}
+
+/// `deny ID|NAME DOMAIN`.
+pub fn deny(target: &str, domain: &str) -> i32 {
+    report(change(target, json!({"op": "deny", "domain": domain})))
+}
+
+/// A reload; prints what is in force afterwards.
+fn change(target: &str, req: Value) -> Result<i32> {
+    let mut c = Client::to(target)?;
+    // Loading and compiling a large policy can take a moment.
+    c.wait_lines(Some(Duration::from_secs(30)))?;
+    let reply = c.request(&req)?;
+    let rules = &reply["rules"];
+    for w in rules["warnings"].as_array().into_iter().flatten() {
+        eprintln!("sandbox-launch: warning: {}", w.as_str().unwrap_or(""));
+    }
+    let list = |k: &str| {
+        rules[k]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    println!("{target}: reloaded");
+    println!("  allowed domains:  {}", list("allowed_domains"));
+    println!("  denied domains:   {}", list("denied_domains"));
+    println!("  network_policies: {}", list("network_policies"));
+    Ok(0)
+}
+
 /// `events ID|NAME [--follow] [--json]`.
 pub fn events(target: &str, follow: bool, as_json: bool) -> i32 {
     report((|| {

@@ -12,10 +12,20 @@ use shim::spec::{MountOp, MountPlan, SandboxSpec};
 use super::dir::ControlDir;
 
 /// Hide this user's control directory (every sandbox's socket is in it) from the sandbox of
-/// `spec`: with `mask`, covered where the plan would show it; always verified unreadable.
-pub fn hide_control_dir(spec: &mut SandboxSpec, mask: bool) {
+/// `spec`: covered where the plan would show it, and always verified unreadable from inside.
+///
+/// Started as root (`switched_from_root`), the sandbox's user is another than the directory's
+/// owner, whom its mode keeps out, and so is the shim: no cover can be mounted there, nor is
+/// one needed — except inside a tree attached idmapped (`idmap`), where the owner appears as
+/// the sandbox's user.
+pub fn hide_control_dir(spec: &mut SandboxSpec, switched_from_root: bool) {
     if let Ok(dir) = std::fs::canonicalize(ControlDir::locate().path) {
-        if mask {
+        let idmapped = spec
+            .mounts
+            .attach
+            .iter()
+            .any(|a| dir.starts_with(&a.target));
+        if !switched_from_root || idmapped {
             hide(&mut spec.mounts, &mut spec.verify_unreadable, &dir);
         } else if !spec.verify_unreadable.contains(&dir) {
             spec.verify_unreadable.push(dir);

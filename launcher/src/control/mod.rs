@@ -17,6 +17,7 @@ mod peer;
 pub mod protocol;
 pub mod registration;
 mod server;
+pub mod steer;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
@@ -63,6 +64,10 @@ pub struct Live {
     pub events: Arc<EventSink>,
     /// The sandbox's init (the shim), once it exists.
     shim: OnceLock<Shim>,
+    /// Its network rules, replaceable (restricted network only).
+    pub reloader: Option<Arc<crate::reload::Reloader>>,
+    /// Its prompts (with `--prompts`).
+    pub prompts: Option<Arc<crate::prompt::Prompts>>,
 }
 
 struct Shim {
@@ -89,7 +94,33 @@ impl Live {
             started: SystemTime::now(),
             events,
             shim: OnceLock::new(),
+            reloader: None,
+            prompts: None,
         }
+    }
+
+    /// Apply a change to the network rules; open prompts the new rules settle are released.
+    pub fn reload(&self, change: crate::reload::Change, by: &str) -> anyhow::Result<Value> {
+        let Some(r) = &self.reloader else {
+            anyhow::bail!(
+                "this sandbox has no network rules to change (network {}; only `restricted` has the proxy)",
+                self.network
+            );
+        };
+        let done = r.reload(change, by);
+        match &done {
+            Ok(_) => {
+                if let Some(p) = &self.prompts {
+                    p.recheck();
+                }
+            }
+            Err(e) => self.events.emit(json!({
+                "event": "reload_failed",
+                "by": by,
+                "error": format!("{e:#}"),
+            })),
+        }
+        done
     }
 
     /// The sandbox's init exists (called right after the clone).
@@ -144,6 +175,11 @@ impl Live {
             "network": self.network,
             "started": started,
             "uptime": self.started.elapsed().unwrap_or(Duration::ZERO).as_secs(),
+            "prompts": {
+                "enabled": self.prompts.is_some(),
+                "pending": self.prompts.as_ref().map_or(0, |p| p.pending().0),
+                "waiting": self.prompts.as_ref().map_or(0, |p| p.pending().1),
+            },
             "denied": {
                 "total": tally.total,
                 "hosts": tally.hosts.iter().map(|(h, n)| json!({"host": h, "count": n})).collect::<Vec<_>>(),

@@ -25,6 +25,26 @@ pub enum Request {
         #[serde(default)]
         follow: bool,
     },
+    /// The open prompts, then (with `follow`) `{"prompt": …}` as one opens or more requests
+    /// join it and `{"closed": {"id", "outcome"}}` as one ends.
+    Prompts {
+        #[serde(default)]
+        follow: bool,
+    },
+    /// Answer prompt `id` (or the oldest open one): `allow-once`, `allow-always`,
+    /// `remove-from-deny-list` or `deny`, as the prompt offers.
+    Answer {
+        #[serde(default)]
+        id: Option<u64>,
+        answer: String,
+    },
+    /// Replace the network rules with those of an OpenShell policy YAML (the `--policy` layer)
+    /// or a settings JSON (the `--settings` layer); static sections may not change.
+    PolicySet { file: std::path::PathBuf },
+    /// Allow a domain in this sandbox (not written anywhere).
+    Allow { domain: String },
+    /// Deny a domain in this sandbox (not written anywhere); open tunnels to it are closed.
+    Deny { domain: String },
 }
 
 pub fn default_grace() -> f64 {
@@ -75,6 +95,18 @@ mod tests {
         assert!(parse("status")
             .unwrap_err()
             .contains("one JSON object per line"));
+    }
+
+    #[test]
+    fn answers_and_reloads_are_requests_too() {
+        assert_eq!(
+            parse(r#"{"op":"answer","answer":"deny"}"#).unwrap(),
+            Request::Answer {
+                id: None,
+                answer: "deny".into()
+            }
+        );
+        assert!(parse(r#"{"op":"policy_set"}"#).is_err());
     }
 
     #[test]

@@ -15,6 +15,9 @@ use tokio::sync::broadcast::error::RecvError;
 use super::feed::END;
 use super::protocol::{self, Request};
 use super::{peer, Live};
+use crate::prompt::offer::Answer;
+use crate::reload::watch::Watcher;
+use crate::reload::Change;
 use crate::supervisor::OnDemand;
 
 /// A request line longer than this is refused (and the connection closed).
@@ -22,10 +25,23 @@ const MAX_LINE: u64 = 64 * 1024;
 /// The longest `stop --grace`.
 const MAX_GRACE: f64 = 24.0 * 3600.0;
 
-/// Serve `listener` once a client connects: a thread with a single-threaded runtime.
-pub fn on_demand(listener: UnixListener, live: Arc<Live>) -> OnDemand {
-    OnDemand {
-        fds: vec![listener.as_raw_fd()],
+/// Serve `listener` and follow the `watcher`'s files once either has something: a thread with
+/// a single-threaded runtime.
+pub fn on_demand(
+    listener: Option<UnixListener>,
+    watcher: Option<Watcher>,
+    live: Arc<Live>,
+) -> Option<OnDemand> {
+    let fds: Vec<_> = listener
+        .iter()
+        .map(|l| l.as_raw_fd())
+        .chain(watcher.iter().map(Watcher::raw_fd))
+        .collect();
+    if fds.is_empty() {
+        return None;
+    }
+    Some(OnDemand {
+        fds,
         start: Box::new(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -34,13 +50,40 @@ pub fn on_demand(listener: UnixListener, live: Arc<Live>) -> OnDemand {
             std::thread::Builder::new()
                 .name("control".into())
                 .spawn(move || {
-                    if let Err(e) = runtime.block_on(serve(listener, live)) {
-                        eprintln!("sandbox-launch: control socket: {e:#}");
-                    }
+                    runtime.block_on(async move {
+                        if let Some(w) = watcher {
+                            tokio::spawn(follow_edits(w, live.clone()));
+                        }
+                        if let Some(l) = listener {
+                            if let Err(e) = serve(l, live.clone()).await {
+                                live.events.emit(
+                                    json!({"event": "control_error", "error": format!("{e:#}")}),
+                                );
+                            }
+                        }
+                        std::future::pending::<()>().await
+                    })
                 })
                 .context("start the control socket's thread")?;
             Ok(())
         }),
+    })
+}
+
+/// Reload after each edit of a watched policy file.
+async fn follow_edits(w: Watcher, live: Arc<Live>) {
+    let l = live.clone();
+    let r = w
+        .run(move || {
+            let l = l.clone();
+            tokio::task::spawn_blocking(move || {
+                let _ = l.reload(Change::Refresh, "an edit of a watched policy file");
+            });
+        })
+        .await;
+    if let Err(e) = r {
+        live.events
+            .emit(json!({"event": "warning", "warning": format!("policy files are no longer watched: {e:#}")}));
     }
 }
 
@@ -111,6 +154,90 @@ async fn dispatch(req: Request, live: &Arc<Live>, wr: &mut OwnedWriteHalf) -> st
         Request::Status => send(wr, &protocol::ok(json!({"sandbox": live.status()}))).await,
         Request::Stop { grace } => stop(live, grace, wr).await,
         Request::Events { follow } => events(live, follow, wr).await,
+        Request::Prompts { follow } => prompts(live, follow, wr).await,
+        Request::Answer { id, answer } => {
+            let reply = match (&live.prompts, Answer::parse(&answer)) {
+                (None, _) => protocol::error(
+                    "this sandbox does not prompt (start it with --prompts); denials are refused at once",
+                ),
+                (_, None) => protocol::error(format!(
+                    "answer {answer:?}: one of allow-once, allow-always, remove-from-deny-list, deny"
+                )),
+                (Some(p), Some(a)) => {
+                    // The lasting answers write a file and recompile the rules: off the runtime.
+                    let p = p.clone();
+                    match tokio::task::spawn_blocking(move || p.answer(id, a, "the control socket"))
+                        .await
+                    {
+                        Ok(Ok(done)) => protocol::ok(done),
+                        Ok(Err(why)) => protocol::error(why),
+                        Err(e) => protocol::error(e),
+                    }
+                }
+            };
+            send(wr, &reply).await
+        }
+        Request::PolicySet { file } => change(live, Change::Set(file), wr).await,
+        Request::Allow { domain } => change(live, Change::Allow(domain), wr).await,
+        Request::Deny { domain } => change(live, Change::Deny(domain), wr).await,
+    }
+}
+
+/// A reload, off the runtime (it reads files and compiles rules).
+async fn change(live: &Arc<Live>, change: Change, wr: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    if let Change::Set(file) = &change {
+        if !file.is_absolute() {
+            return send(
+                wr,
+                &protocol::error(format!(
+                "{}: give an absolute path (the sandbox's working directory is not the client's)",
+                file.display()
+            )),
+            )
+            .await;
+        }
+    }
+    let l = live.clone();
+    let reply =
+        match tokio::task::spawn_blocking(move || l.reload(change, "the control socket")).await {
+            Ok(Ok(rules)) => protocol::ok(json!({"rules": rules})),
+            Ok(Err(e)) => protocol::error(format!("{e:#}")),
+            Err(e) => protocol::error(e),
+        };
+    send(wr, &reply).await
+}
+
+/// The open prompts, then (with `follow`) what happens to them.
+async fn prompts(live: &Arc<Live>, follow: bool, wr: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    let Some(p) = &live.prompts else {
+        return send(
+            wr,
+            &protocol::error("this sandbox does not prompt (start it with --prompts)"),
+        )
+        .await;
+    };
+    let (open, mut rx) = p.subscribe();
+    send(
+        wr,
+        &protocol::ok(json!({"open": open, "timeout": p.timeout().as_secs_f64()})),
+    )
+    .await?;
+    if !follow {
+        return Ok(());
+    }
+    loop {
+        match rx.recv().await {
+            Ok(update) => send(wr, &update).await?,
+            Err(RecvError::Lagged(_)) => {
+                // Start over from what is open now.
+                let (open, fresh) = p.subscribe();
+                rx = fresh;
+                for o in open {
+                    send(wr, &json!({"prompt": o})).await?;
+                }
+            }
+            Err(RecvError::Closed) => return Ok(()),
+        }
     }
 }
 

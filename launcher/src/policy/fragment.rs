@@ -26,6 +26,8 @@ pub struct Fragment {
     pub denied_domains: Vec<String>,
     pub rules: BTreeMap<String, NetworkRule>,
     pub seccomp: Option<String>,
+    /// `sandbox.prompts`: hold denied requests for an answer.
+    pub prompts: Option<bool>,
     /// `environment` and `limits`.
     pub runtime: RuntimeFragment,
     pub warnings: Vec<String>,
@@ -50,6 +52,7 @@ impl Fragment {
             denied_domains: Vec::new(),
             rules: BTreeMap::new(),
             seccomp: None,
+            prompts: None,
             runtime: RuntimeFragment::default(),
             warnings: Vec::new(),
         }

@@ -71,6 +71,17 @@ pub fn merge(layers: &[Layer]) -> Result<Policy> {
         }
     }
     collect_lists(layers, &mut p);
+    let org_says_no = layers
+        .iter()
+        .any(|l| l.role == Role::Org && l.frag.prompts == Some(false));
+    p.prompts = if org_says_no {
+        Some(false)
+    } else {
+        layers
+            .iter()
+            .any(|l| l.frag.prompts == Some(true))
+            .then_some(true)
+    };
     decide_scalars(layers, &mut p)?;
     settle_network(&mut p)?;
     super::runtime::merge(layers, &mut p)?;
@@ -367,6 +378,7 @@ pub fn describe_source(s: &Source) -> String {
         Source::PolicyFile(p) => format!("--policy {}", p.display()),
         Source::SettingsFile(p) => format!("--settings {}", p.display()),
         Source::CommandLine => "command line".into(),
+        Source::Control => "control socket".into(),
         Source::Default => "built-in default".into(),
     }
 }

@@ -21,7 +21,7 @@ mod document;
 mod fragment;
 pub mod hierarchy;
 mod hosts;
-mod jsonc;
+pub mod jsonc;
 pub mod merge;
 pub mod model;
 pub mod openshell;

@@ -25,6 +25,9 @@ pub enum Source {
     SettingsFile(PathBuf),
     /// A command-line flag.
     CommandLine,
+    /// Added to a running sandbox (`sandbox-launch allow`/`deny`, the host a person allowed
+    /// in a prompt); this sandbox only.
+    Control,
     /// Built in (for example the always-protected paths).
     Default,
 }
@@ -174,6 +177,10 @@ pub struct Policy {
     pub network: NetworkPolicy,
     /// Name of an embedded seccomp policy or a path to a seccompiler JSON file.
     pub seccomp: Option<String>,
+    /// Denied requests wait for a person's answer: `Some(true)` when a settings file says
+    /// `sandbox.prompts: true`, `Some(false)` when the organisation's says `false` (which wins
+    /// over every other level and `--prompts`), `None` when unsaid.
+    pub prompts: Option<bool>,
     /// The program's environment and resource limits.
     pub runtime: super::runtime::Runtime,
     /// Non-fatal remarks made while loading (unknown keys, deprecated values).

@@ -15,6 +15,7 @@ use super::identify::Program;
 use super::matcher::Host;
 use super::resolve::DialError;
 use super::Proxy;
+use crate::reload::revoke::until_revoked;
 
 /// Decide, dial, answer 200, then relay (in a task of its own, once hyper hands the socket over).
 pub async fn connect(
@@ -39,7 +40,11 @@ pub async fn connect(
         Some(_) => Channel::Inspectable,
         None => Channel::Tunnel,
     };
-    let decision = proxy.decider.decide(&host, port, binary.as_ref(), channel);
+    let rules = proxy.decider.current();
+    let decision = rules.decide(&host, port, binary.as_ref(), channel);
+    let (rules, decision) = proxy
+        .admit(rules, decision, binary.as_ref(), channel, "connect")
+        .await;
     let upstream = match dial(proxy, decision.clone(), binary.as_ref(), "connect", None).await {
         Ok(s) => s,
         Err(resp) => return resp,
@@ -68,16 +73,25 @@ pub async fn connect(
             // Each request must be checked; the client waits for our 200 before it speaks, so
             // nothing should be buffered yet (if it is, the client did not wait: refuse).
             if early.is_empty() {
-                let r = super::inspect::intercept(
+                let intercept = super::inspect::intercept(
                     proxy.clone(),
+                    rules,
                     inspector.clone(),
                     client,
                     upstream,
-                    decision,
-                    binary,
+                    decision.clone(),
+                    binary.clone(),
+                );
+                let r = until_revoked(
+                    &proxy,
+                    &decision,
+                    binary.as_ref(),
+                    channel,
+                    "connect",
+                    intercept,
                 )
                 .await;
-                if let Err(e) = r {
+                if let Some(Err(e)) = r {
                     proxy.events.emit(serde_json::json!({
                         "event": "network_error",
                         "host": host.to_string(),
@@ -88,15 +102,24 @@ pub async fn connect(
             }
             return;
         }
-        let refused = super::tunnel::relay_for(
+        let relay = super::tunnel::relay_for(
             client,
             upstream,
             early,
             &host,
             decision.opaque_ok,
             &proxy.timeouts,
+        );
+        let refused = until_revoked(
+            &proxy,
+            &decision,
+            binary.as_ref(),
+            channel,
+            "connect",
+            relay,
         )
-        .await;
+        .await
+        .flatten();
         if let Some(why) = refused {
             let mut refused = decision;
             refused.verdict = Verdict::Deny;

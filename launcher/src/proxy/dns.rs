@@ -143,8 +143,15 @@ pub fn answer(q: &[u8], proxy: &Proxy) -> Option<Vec<u8>> {
         _ => return Some(reply(q, Some(echoed), RCODE_NXDOMAIN, None)),
     };
     let host = Host::Name(name.clone());
-    let decision = proxy.decider.resolvable(&host);
-    if !decision.verdict.lets_through() {
+    let decision = proxy.decider.current().resolvable(&host);
+    // With prompts, the name gets its stand-in and the connection to it waits for the answer
+    // (a lookup cannot wait that long); the organisation's denials never do.
+    let deferred = !decision.verdict.lets_through()
+        && proxy
+            .prompts
+            .as_ref()
+            .is_some_and(|p| p.defers_lookup(&decision));
+    if !decision.verdict.lets_through() && !deferred {
         // Resolvers ask for A and AAAA together: one event per lookup is enough.
         if question.qtype != TYPE_AAAA {
             proxy.events.decision("dns", &decision, None, None);

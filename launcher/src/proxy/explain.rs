@@ -17,6 +17,9 @@ pub fn describe_source(source: &Source) -> String {
         | Source::PolicyFile(p)
         | Source::SettingsFile(p) => p.display().to_string(),
         Source::CommandLine => "the command line".into(),
+        Source::Control => {
+            "this sandbox's control socket (`sandbox-launch allow`/`deny`, a prompt answer)".into()
+        }
         Source::Default => "the built-in defaults".into(),
     }
 }

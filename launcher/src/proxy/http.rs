@@ -105,13 +105,19 @@ async fn forward(
     let uri = req.uri().clone();
     let path = uri.path().to_string();
     let method = req.method().as_str().to_string();
-    let connection = proxy
-        .decider
-        .decide(&host, port, binary.as_ref(), Channel::PlainHttp);
-    let decision =
-        proxy
-            .decider
-            .check_http(&connection, &method, req.headers(), &path, uri.query());
+    // One snapshot of the rules for the connection and its request.
+    let rules = proxy.decider.current();
+    let connection = rules.decide(&host, port, binary.as_ref(), Channel::PlainHttp);
+    let (rules, connection) = proxy
+        .admit(
+            rules,
+            connection,
+            binary.as_ref(),
+            Channel::PlainHttp,
+            "http",
+        )
+        .await;
+    let decision = rules.check_http(&connection, &method, req.headers(), &path, uri.query());
     // Reuse the connection kept for this very authority when the request is allowed.
     let key = format!("{host}:{port}");
     let mut reused = None;

@@ -22,12 +22,23 @@ use tokio::time::Instant;
 use super::sock_diag::SockDiag;
 
 /// The program behind a connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Program {
     pub exe: PathBuf,
     /// The executables of its parent, grandparent, ... up to (not including) the sandbox's init.
     pub ancestors: Vec<PathBuf>,
+    /// One process running it (host pid), for prompts; not part of what the program is.
+    pub pid: Option<libc::pid_t>,
 }
+
+/// The same program: the same executable under the same ancestors, whichever process runs it.
+impl PartialEq for Program {
+    fn eq(&self, other: &Self) -> bool {
+        self.exe == other.exe && self.ancestors == other.ancestors
+    }
+}
+
+impl Eq for Program {}
 
 impl Program {
     /// The program itself, then its ancestors.
@@ -209,7 +220,11 @@ impl SocketOwners {
             ancestors.push(std::fs::read_link(format!("/proc/{p}/exe")).ok()?);
             p = parent(p)?;
         }
-        Some(Program { exe, ancestors })
+        Some(Program {
+            exe,
+            ancestors,
+            pid: Some(pid),
+        })
     }
 }
 

@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
-use super::decide::{Decision, Verdict};
+use super::decide::{Decider, Decision, Verdict};
 use super::identify::Program;
 use super::matcher::Host;
 use super::Proxy;
@@ -123,6 +123,7 @@ impl Inspector {
 /// Serve the client side of an allowed tunnel whose requests must be checked one by one.
 pub async fn intercept(
     proxy: Arc<Proxy>,
+    rules: Arc<Decider>,
     inspector: Arc<Inspector>,
     client: TcpStream,
     upstream: TcpStream,
@@ -165,12 +166,22 @@ pub async fn intercept(
     let protocol = if tls { "https" } else { "http-in-tunnel" };
     let svc = service_fn(move |req: Request<Incoming>| {
         let proxy = proxy.clone();
+        let rules = rules.clone();
         let sender = sender.clone();
         let decision = decision.clone();
         let binary = binary.clone();
         async move {
             Ok::<_, std::convert::Infallible>(
-                one_request(&proxy, &sender, &decision, binary.as_ref(), protocol, req).await,
+                one_request(
+                    &proxy,
+                    &rules,
+                    &sender,
+                    &decision,
+                    binary.as_ref(),
+                    protocol,
+                    req,
+                )
+                .await,
             )
         }
     });
@@ -185,6 +196,7 @@ pub async fn intercept(
 
 async fn one_request(
     proxy: &Proxy,
+    rules: &Decider,
     sender: &AsyncMutex<hyper::client::conn::http1::SendRequest<Incoming>>,
     conn: &Decision,
     binary: Option<&Program>,
@@ -193,9 +205,8 @@ async fn one_request(
 ) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    let mut d = proxy
-        .decider
-        .check_http(conn, &method, req.headers(), &path, req.uri().query());
+    // The rules the connection was decided with (its request rules are indices into them).
+    let mut d = rules.check_http(conn, &method, req.headers(), &path, req.uri().query());
     // The tunnel was checked for its CONNECT host: a request naming another host, or naming
     // it ambiguously, is refused.
     let target = req.uri().to_string();

@@ -161,7 +161,8 @@ pub fn prepare(
     transparent: bool,
     credentials: Option<Arc<crate::credentials::Credentials>>,
 ) -> Result<Restricted> {
-    let decider = Decider::from_policy(&with_command_line_domains(network, allow_domain))?;
+    let network = with_command_line_domains(network, allow_domain);
+    let decider = Decider::from_policy(&network)?;
     let overrides = resolve
         .iter()
         .map(|r| parse_override(r))
@@ -170,6 +171,7 @@ pub fn prepare(
     let inspect = decider.needs_inspection() || credentials.is_some();
     let rule_ports = decider.connect_ports();
     let mut proxy = Proxy::new(decider, Resolver::system(overrides), events);
+    proxy.decider.set_source(network);
     let mut trust_bundle = None;
     if inspect {
         let inspector = Inspector::new(&[]).context("TLS inspection")?;

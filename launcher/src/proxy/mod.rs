@@ -44,7 +44,8 @@ use resolve::Resolver;
 
 /// Everything a connection handler needs; shared by all of them.
 pub struct Proxy {
-    pub decider: Decider,
+    /// The rules in force; replaced by a reload (take one snapshot per connection).
+    pub decider: crate::reload::cell::DeciderCell,
     pub resolver: Resolver,
     /// Shared with the launcher, which writes the sandbox's lifecycle to the same stream.
     pub events: Arc<EventSink>,
@@ -59,6 +60,8 @@ pub struct Proxy {
     pub timeouts: Timeouts,
     /// Connections held, for giving memory back after a burst.
     pub load: load::Load,
+    /// With `--prompts`: denials wait for an answer (`Proxy::admit`).
+    pub prompts: Option<Arc<crate::prompt::Prompts>>,
 }
 
 /// How long the proxy waits for clients.
@@ -83,7 +86,7 @@ impl Default for Timeouts {
 impl Proxy {
     pub fn new(decider: Decider, resolver: Resolver, events: impl Into<Arc<EventSink>>) -> Self {
         Proxy {
-            decider,
+            decider: crate::reload::cell::DeciderCell::new(decider),
             resolver,
             events: events.into(),
             identify: None,
@@ -92,13 +95,17 @@ impl Proxy {
             stand_ins: dns::StandIns::default(),
             timeouts: Timeouts::default(),
             load: load::Load::default(),
+            prompts: None,
         }
     }
 
-    /// Only looked up when some rule depends on it or the events stream records it.
-    /// Call right after the accept (see `SocketOwners::identify`).
+    /// Only looked up when some rule depends on it, the events stream records it, or a prompt
+    /// may show it. Call right after the accept (see `SocketOwners::identify`).
     async fn binary_of(&self, peer: SocketAddr, local: Option<SocketAddr>) -> Option<Program> {
-        if !self.decider.needs_binary() && !self.events.is_active() {
+        if !self.decider.current().needs_binary()
+            && !self.events.is_active()
+            && self.prompts.is_none()
+        {
             return None;
         }
         let accepted = tokio::time::Instant::now();

@@ -12,6 +12,7 @@ use super::decide::{Channel, Decision, Verdict};
 use super::matcher::Host;
 use super::resolve::DialError;
 use super::Proxy;
+use crate::reload::revoke::until_revoked;
 
 const VERSION: u8 = 5;
 const NO_AUTH: u8 = 0x00;
@@ -52,9 +53,11 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
     };
     let Request { host, port } = request;
     let binary = proxy.binary_of(peer, client.local_addr().ok()).await;
-    let mut decision = proxy
-        .decider
-        .decide(&host, port, binary.as_ref(), Channel::Tunnel);
+    let rules = proxy.decider.current();
+    let decision = rules.decide(&host, port, binary.as_ref(), Channel::Tunnel);
+    let (_, mut decision) = proxy
+        .admit(rules, decision, binary.as_ref(), Channel::Tunnel, "socks5")
+        .await;
     if !decision.verdict.lets_through() {
         proxy
             .events
@@ -85,15 +88,24 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         .events
         .decision("socks5", &decision, binary.as_ref(), None);
     reply(&mut client, SUCCEEDED, upstream.local_addr().ok()).await?;
-    let refused = super::tunnel::relay_for(
+    let relay = super::tunnel::relay_for(
         client,
         upstream,
         early,
         &host,
         decision.opaque_ok,
         &proxy.timeouts,
+    );
+    let refused = until_revoked(
+        proxy,
+        &decision,
+        binary.as_ref(),
+        Channel::Tunnel,
+        "socks5",
+        relay,
     )
-    .await;
+    .await
+    .flatten();
     if let Some(why) = refused {
         deny(&mut decision, &why);
         proxy

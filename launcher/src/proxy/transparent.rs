@@ -18,6 +18,7 @@ use super::head;
 use super::identify::Program;
 use super::matcher::Host;
 use super::Proxy;
+use crate::reload::revoke::until_revoked;
 
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
     super::accept_each(listener, proxy, |stream, peer, proxy| async move {
@@ -37,17 +38,22 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
     let (mut decision, address, early) = match stand_in(proxy, ip) {
         // A name the DNS stub gave: decided on now; what the client asks for is checked as it
         // comes, while the server's bytes already flow (server-first protocols).
-        Some(Ok(host)) => (
-            proxy
-                .decider
-                .decide(&host, port, binary.as_ref(), Channel::Tunnel),
-            None,
-            Vec::new(),
-        ),
+        // With prompts, a denied name may wait here for an answer (its DNS lookup could not).
+        Some(Ok(host)) => {
+            let rules = proxy.decider.current();
+            let d = rules.decide(&host, port, binary.as_ref(), Channel::Tunnel);
+            let (_, d) = proxy
+                .admit(rules, d, binary.as_ref(), Channel::Tunnel, "transparent")
+                .await;
+            (d, None, Vec::new())
+        }
         Some(Err(why)) => {
-            let mut d = proxy
-                .decider
-                .decide(&Host::Ip(ip), port, binary.as_ref(), Channel::Tunnel);
+            let mut d = proxy.decider.current().decide(
+                &Host::Ip(ip),
+                port,
+                binary.as_ref(),
+                Channel::Tunnel,
+            );
             refuse(&mut d, why);
             (d, None, Vec::new())
         }
@@ -93,15 +99,24 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
         .events
         .decision("transparent", &decision, binary.as_ref(), None);
     let host = decision.host.clone();
-    let refused = super::tunnel::relay_for(
+    let relay = super::tunnel::relay_for(
         client,
         upstream,
         early,
         &host,
         decision.opaque_ok,
         &proxy.timeouts,
+    );
+    let refused = until_revoked(
+        proxy,
+        &decision,
+        binary.as_ref(),
+        Channel::Tunnel,
+        "transparent",
+        relay,
     )
-    .await;
+    .await
+    .flatten();
     if let Some(why) = refused {
         refuse(&mut decision, why);
         proxy
@@ -138,7 +153,8 @@ async fn decide_address(
     first: &Flight,
 ) -> (Decision, Option<SocketAddr>) {
     let host = Host::Ip(ip);
-    let decision = proxy.decider.decide(&host, port, binary, Channel::Tunnel);
+    let rules = proxy.decider.current();
+    let decision = rules.decide(&host, port, binary, Channel::Tunnel);
     if decision.verdict.lets_through() {
         // An address rule: the tunnel checks the flight (unparsed bytes need `tls: skip`).
         return (decision, None);
@@ -157,7 +173,7 @@ async fn decide_address(
         refuse(&mut d, why);
         return (d, None);
     }
-    let by_name = proxy.decider.decide(&named, port, binary, Channel::Tunnel);
+    let by_name = rules.decide(&named, port, binary, Channel::Tunnel);
     if !by_name.verdict.lets_through() {
         return (by_name, None);
     }

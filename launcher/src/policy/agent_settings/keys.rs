@@ -34,6 +34,8 @@ const SANDBOX: Shape = Shape::Fields(&[
     Field::new("filesystem", FILESYSTEM),
     Field::new("network", NETWORK),
     Field::new("environment", crate::policy::openshell::ENVIRONMENT),
+    // sandbox-launch's own: hold denied requests for an answer (`--prompts`).
+    Field::value("prompts"),
     Field::new("limits", crate::policy::runtime::LIMITS_JSON),
     Field::new("credentials", Shape::Named(&Shape::Value)),
     // What Claude Code's `sandbox` object adds (it drives sandbox-runtime with them).

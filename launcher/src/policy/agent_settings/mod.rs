@@ -166,6 +166,9 @@ fn read_agent(doc: &mut Doc, v: &Value, ctx: &PathCtx, frag: &mut Fragment) -> R
     if let Some(v) = given(map, "mode") {
         doc.choice(v, &at.key("mode"), &["per-command", "whole-process"])?;
     }
+    if let Some(v) = given(map, "prompts") {
+        frag.prompts = Some(doc.boolean(v, &at.key("prompts"))?);
+    }
     if let Some(v) = given(map, "excludedCommands") {
         let x_at = at.key("excludedCommands");
         if !doc.strings(v, &x_at)?.is_empty() {

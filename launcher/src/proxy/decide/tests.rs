@@ -11,6 +11,7 @@ fn program(exe: &str, ancestors: &[&str]) -> Program {
     Program {
         exe: PathBuf::from(exe),
         ancestors: ancestors.iter().map(PathBuf::from).collect(),
+        pid: None,
     }
 }
 

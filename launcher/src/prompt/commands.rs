@@ -1,0 +1,258 @@
+//! `sandbox-launch prompt [ID|NAME]`: answer a running sandbox's prompts — interactively (a
+//! person in another terminal or a tmux pane), or, with `--answer`, the next prompt, once (a
+//! script, an automated reviewer). Two connections: one follows the prompts, one answers.
+
+use std::io::{BufRead, Write};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use serde_json::{json, Value};
+
+use super::offer::Answer;
+use crate::control::client::{self, Client};
+
+/// The sandbox to talk to: the one named, or the only one running.
+fn socket_of(target: Option<&str>) -> Result<std::path::PathBuf> {
+    if let Some(t) = target {
+        return client::find(t);
+    }
+    let mut running: Vec<(std::path::PathBuf, Value)> = client::running()
+        .into_iter()
+        .filter_map(|f| match f {
+            client::Found::Running { socket, status } => Some((socket, status)),
+            client::Found::Unresponsive { .. } => None,
+        })
+        .collect();
+    match running.len() {
+        0 => bail!("no sandbox is running"),
+        1 => Ok(running.remove(0).0),
+        _ => bail!(
+            "{} sandboxes are running; name one: {}",
+            running.len(),
+            running
+                .iter()
+                .map(|(_, s)| s["name"]
+                    .as_str()
+                    .or(s["id"].as_str())
+                    .unwrap_or("?")
+                    .to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Follow the prompts of the sandbox at `socket`: the open ones now, then every change, as
+/// `Event`s on a channel (a thread reads the connection).
+fn follow(socket: &std::path::Path) -> Result<mpsc::Receiver<Value>> {
+    let mut c = Client::connect(socket)?;
+    let reply = c.request(&json!({"op": "prompts", "follow": true}))?;
+    c.wait_lines(None)?;
+    let (tx, rx) = mpsc::channel();
+    for p in reply["open"].as_array().cloned().unwrap_or_default() {
+        let _ = tx.send(json!({"prompt": p}));
+    }
+    std::thread::spawn(move || {
+        while let Ok(Some(line)) = c.next_line() {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// `prompt TARGET --answer A [--timeout S]`: answer the next prompt (an open one, else the next
+/// to open), then exit. 0 when the answer took effect.
+pub fn answer_next(target: Option<&str>, answer: &str, timeout: Option<f64>, as_json: bool) -> i32 {
+    let run = || -> Result<i32> {
+        let answer = Answer::parse(answer).ok_or_else(|| {
+            anyhow!(
+                "--answer {answer}: one of allow-once, allow-always, remove-from-deny-list, deny"
+            )
+        })?;
+        let socket = socket_of(target)?;
+        let updates = follow(&socket)?;
+        let deadline = timeout.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+        let prompt = loop {
+            let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let line = match wait {
+                Some(w) => updates.recv_timeout(w).map_err(|e| match e {
+                    mpsc::RecvTimeoutError::Timeout => {
+                        anyhow!("no prompt within {} s", timeout.unwrap_or(0.0))
+                    }
+                    mpsc::RecvTimeoutError::Disconnected => anyhow!("the sandbox ended"),
+                })?,
+                None => updates.recv().map_err(|_| anyhow!("the sandbox ended"))?,
+            };
+            if line.get("prompt").is_some() {
+                break line["prompt"].clone();
+            }
+        };
+        let mut c = Client::connect(&socket)?;
+        let done =
+            c.request(&json!({"op": "answer", "id": prompt["id"], "answer": answer.name()}))?;
+        if as_json {
+            println!("{done}");
+        } else {
+            println!("{}", summary(&prompt, &done));
+        }
+        Ok(0)
+    };
+    run().unwrap_or_else(|e| {
+        eprintln!("sandbox-launch: {e:#}");
+        1
+    })
+}
+
+fn summary(prompt: &Value, done: &Value) -> String {
+    let did = done["did"].as_str().unwrap_or("");
+    format!(
+        "prompt #{} {}: {}{}",
+        prompt["id"],
+        prompt["host"].as_str().unwrap_or("?"),
+        done["answer"].as_str().unwrap_or("?"),
+        if did.is_empty() {
+            String::new()
+        } else {
+            format!(" ({did})")
+        }
+    )
+}
+
+/// `prompt [TARGET]`: show each prompt and read the answer from the terminal, until the
+/// sandbox ends or input does.
+pub fn interactive(target: Option<&str>) -> i32 {
+    let run = || -> Result<i32> {
+        let socket = socket_of(target)?;
+        let updates = follow(&socket)?;
+        let mut open: Vec<Value> = Vec::new();
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock().lines();
+        eprintln!("sandbox-launch: waiting for prompts (Ctrl-D to stop)");
+        loop {
+            // Everything that happened meanwhile, then wait for a prompt if none is open.
+            loop {
+                let next = if open.is_empty() {
+                    updates.recv().ok()
+                } else {
+                    updates.try_recv().ok()
+                };
+                let Some(line) = next else { break };
+                if let Some(p) = line.get("prompt") {
+                    open.retain(|o| o["id"] != p["id"]);
+                    open.push(p.clone());
+                } else if let Some(c) = line.get("closed") {
+                    open.retain(|o| o["id"] != c["id"]);
+                }
+            }
+            let Some(prompt) = open.first().cloned() else {
+                eprintln!("sandbox-launch: the sandbox ended");
+                return Ok(0);
+            };
+            print!("{}", show(&prompt));
+            std::io::stdout().flush()?;
+            let Some(Ok(line)) = input.next() else {
+                return Ok(0);
+            };
+            let Some(answer) = choose(&prompt, line.trim()) else {
+                println!("(type the number or the name of an answer)");
+                continue;
+            };
+            let mut c = Client::connect(&socket)?;
+            match c.request(&json!({"op": "answer", "id": prompt["id"], "answer": answer})) {
+                Ok(done) => println!("{}", summary(&prompt, &done)),
+                Err(e) => println!("not done: {e:#}"),
+            }
+            open.retain(|o| o["id"] != prompt["id"]);
+        }
+    };
+    run().unwrap_or_else(|e| {
+        eprintln!("sandbox-launch: {e:#}");
+        1
+    })
+}
+
+/// A prompt for people.
+fn show(p: &Value) -> String {
+    let program = match (&p["program"]["exe"], &p["program"]["pid"]) {
+        (Value::String(exe), Value::Number(pid)) => format!("{exe} (pid {pid})"),
+        (Value::String(exe), _) => exe.clone(),
+        _ => "a program".into(),
+    };
+    let ports: Vec<String> = p["ports"]
+        .as_array()
+        .map(|a| a.iter().map(Value::to_string).collect())
+        .unwrap_or_default();
+    let mut out = format!(
+        "\nprompt #{}: {program} wants {}{}{}\n  {}\n",
+        p["id"],
+        p["host"].as_str().unwrap_or("?"),
+        if ports.is_empty() {
+            String::new()
+        } else {
+            format!(" port {}", ports.join(", "))
+        },
+        if p["organization"] == json!(true) {
+            " (organization policy)"
+        } else {
+            ""
+        },
+        p["reason"].as_str().unwrap_or(""),
+    );
+    for (i, o) in p["offers"].as_array().into_iter().flatten().enumerate() {
+        out.push_str(&format!(
+            "  {}) {}: {}\n",
+            i + 1,
+            o["answer"].as_str().unwrap_or("?"),
+            o["does"].as_str().unwrap_or("")
+        ));
+    }
+    out.push_str(&format!(
+        "  (denied if unanswered within {:.0} s)\nanswer: ",
+        p["expires_in"].as_f64().unwrap_or(0.0)
+    ));
+    out
+}
+
+/// The answer typed: its number or name, of those the prompt offers.
+fn choose(p: &Value, typed: &str) -> Option<String> {
+    let offers: Vec<&str> = p["offers"]
+        .as_array()?
+        .iter()
+        .filter_map(|o| o["answer"].as_str())
+        .collect();
+    if let Ok(n) = typed.parse::<usize>() {
+        return offers.get(n.checked_sub(1)?).map(|s| s.to_string());
+    }
+    offers.iter().find(|o| **o == typed).map(|s| s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_chosen_by_number_or_name_among_those_offered() {
+        let p = json!({"offers": [{"answer": "allow-once"}, {"answer": "deny"}]});
+        assert_eq!(choose(&p, "2").as_deref(), Some("deny"));
+        assert_eq!(choose(&p, "allow-once").as_deref(), Some("allow-once"));
+        assert_eq!(choose(&p, "allow-always"), None);
+        assert_eq!(choose(&p, "0"), None);
+    }
+
+    #[test]
+    fn a_prompt_names_the_program_the_host_and_what_each_answer_does() {
+        let p = json!({"id": 3, "host": "registry.npmjs.org", "ports": [443],
+            "program": {"exe": "/usr/bin/npm", "pid": 42}, "organization": false,
+            "reason": "no rule allows registry.npmjs.org", "expires_in": 59.0,
+            "offers": [{"answer": "deny", "does": "refuse it"}]});
+        let text = show(&p);
+        assert!(
+            text.contains("prompt #3: /usr/bin/npm (pid 42) wants registry.npmjs.org port 443"),
+            "{text}"
+        );
+        assert!(text.contains("1) deny: refuse it"), "{text}");
+    }
+}
