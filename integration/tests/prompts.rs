@@ -470,3 +470,65 @@ fn an_organization_deny_offers_no_allow_and_refuses_allow_always() {
         );
     }
 }
+
+#[test]
+fn remove_from_deny_list_edits_the_users_settings_and_keeps_their_comments() {
+    let server = HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("prompt-undeny");
+        let config = TempDir::new("prompt-undeny-cfg");
+        let file = config.join("sandbox-launch/settings.json");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &file,
+            format!(
+                "{{\n  // mine\n  \"sandbox\": {{\n    \"network\": {{\n      \"allowedDomains\": [\"{HOST}\"],\n      \"deniedDomains\": [\n        \"{HOST}\", // for now\n        \"evil.test\"\n      ]\n    }}\n  }}\n}}\n"
+            ),
+        )
+        .unwrap();
+        config.give_to_sandbox_user(&config.path);
+        let script = curl_loop(server.port, &["undenied", "again"]);
+        let sb = start(
+            caller,
+            &work,
+            &config.path,
+            "undeny",
+            &["--prompts"],
+            &script,
+        );
+        let a = answer(caller, &work, "undeny", "remove-from-deny-list");
+        assert!(a.status.success(), "{caller:?}: {}", explain(&a));
+        let out = sb.finish(Duration::from_secs(60));
+        let text = stdout(&out);
+        assert_eq!(
+            result(&text, "/undenied").0,
+            "200",
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            result(&text, "/again").0,
+            "200",
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(prompts_opened(&work).len(), 1, "{caller:?}");
+        let p = &prompts_opened(&work)[0];
+        let offers: Vec<&str> = p["offers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["answer"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            offers,
+            ["allow-once", "remove-from-deny-list", "deny"],
+            "{p}"
+        );
+        let after = std::fs::read_to_string(&file).unwrap();
+        assert!(after.contains("// mine"), "{after}");
+        assert!(after.contains("\"evil.test\""), "{after}");
+        let denied = after.split("deniedDomains").nth(1).unwrap();
+        assert!(!denied.contains(HOST), "{caller:?}: still denied: {after}");
+    }
+}

@@ -482,3 +482,6 @@ fn refusal(id: u64, host: &Host, offer: &Offer, answer: Answer) -> String {
             .join(", ")
     )
 }
+
+#[cfg(test)]
+mod tests;
