@@ -2,6 +2,7 @@
 //! mounts, privileges, Landlock, seccomp, verification, then start the target and be its init.
 
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use seccompiler::BpfProgram;
 
@@ -46,6 +47,26 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     set_hostname(&spec.hostname)?;
     let transparent = setup_network(sync, &spec)?;
     mounts::build(&spec.mounts)?;
+    // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
+    // cannot start, which narrows nothing away: reported, not fatal.
+    let mut landlock_spec = spec.landlock.clone();
+    let nest_socket = match create_guard::nested::bind(std::path::Path::new("/")) {
+        Ok(sock) => {
+            landlock_spec.rules.push(crate::spec::LandlockRule {
+                path: create_guard::nested::SOCKET.into(),
+                access: crate::spec::Access::Write,
+            });
+            Some(sock)
+        }
+        Err(e) => {
+            warnings.push(format!(
+                "a sandbox-launch inside this sandbox cannot start: its registration socket \
+                 {} could not be made ({e})",
+                create_guard::nested::SOCKET
+            ));
+            None
+        }
+    };
     for fd in attached {
         // SAFETY: the trees' descriptors, used by the mounts and no longer needed.
         unsafe { libc::close(fd) };
@@ -56,7 +77,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     )?;
     let guarded = !spec.persist.is_empty();
     identity::drop_privileges(core_hard_limit(&spec), guarded)?;
-    let landlock = landlock::restrict(&spec.landlock, &mut warnings)?;
+    let landlock = landlock::restrict(&landlock_spec, &mut warnings)?;
 
     // The target is forked now, held until everything is verified: it is PID 2, shares the
     // privileges and the Landlock domain, and installs the seccomp filters itself before its
@@ -139,12 +160,16 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     };
 
     let (pid, listener) = forked.start()?;
+    let nests = Arc::new(create_guard::nested::Registry::new(guard_thread.is_some()));
+    if let Some(sock) = nest_socket {
+        create_guard::nested::serve(sock, nests.clone());
+    }
     if let (Some(t), Some(l)) = (guard_thread, listener) {
         // Refusals go to the supervisor on a copy of the sync socket.
         // SAFETY: `sync` stays open for init's whole life.
         let sync_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(sync) };
         let events = sync_fd.try_clone_to_owned().ok();
-        t.serve(l, spec.persist.clone(), events);
+        t.serve(l, spec.persist.clone(), events, Some(nests));
     }
     send(sync, &FromShim::Started { pid })?;
     // The target has its working directory; init's own is `/` from now on (a path through

@@ -29,6 +29,7 @@ mod answer;
 mod decode;
 mod filter;
 mod listener;
+pub mod nested;
 mod perform;
 mod resolve;
 pub mod rules;
@@ -36,7 +37,7 @@ mod target;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 use nix::errno::Errno;
 use seccompiler::BpfProgram;
@@ -63,10 +64,18 @@ pub struct Handler {
     targets: Targets,
     /// The id of the notification being served (for answers sent from another thread).
     current: std::cell::Cell<u64>,
+    /// Nested sandboxes' registrations (see `nested`), and those that hold the asking task.
+    nests: Option<Arc<nested::Registry>>,
+    nested: std::cell::RefCell<Vec<Arc<nested::Entry>>>,
 }
 
 impl Handler {
-    pub fn new(listener: Listener, persist: &PersistSpec, events: Option<OwnedFd>) -> Self {
+    pub fn new(
+        listener: Listener,
+        persist: &PersistSpec,
+        events: Option<OwnedFd>,
+        nests: Option<Arc<nested::Registry>>,
+    ) -> Self {
         let Listener {
             fd: listener,
             killable,
@@ -89,6 +98,8 @@ impl Handler {
             events,
             targets: Targets::default(),
             current: Default::default(),
+            nests,
+            nested: Default::default(),
         }
     }
 
@@ -179,6 +190,9 @@ impl Handler {
         // The guard's thread has a umask of its own (see `GuardThread`): set to the target's.
         // SAFETY: umask has no memory-safety preconditions.
         unsafe { libc::umask(self.targets.umask(tid)) };
+        if let Some(nests) = &self.nests {
+            *self.nested.borrow_mut() = nests.for_task(tid);
+        }
         self.perform(tid, request)
     }
 }
@@ -229,9 +243,10 @@ impl GuardThread {
                     listener,
                     persist,
                     events,
+                    nests,
                 }) = handler_rx.recv()
                 {
-                    let h = Handler::new(listener, &persist, events);
+                    let h = Handler::new(listener, &persist, events, nests);
                     while h.handle_one().is_ok() {}
                 }
             });
@@ -259,12 +274,20 @@ impl GuardThread {
     }
 
     /// Hand over the target's listener: from now on the thread answers its notifications,
-    /// by `persist`'s rules, reporting refusals on `events`.
-    pub fn serve(self, listener: Listener, persist: PersistSpec, events: Option<OwnedFd>) {
+    /// by `persist`'s rules and those nested sandboxes register in `nests`, reporting
+    /// refusals on `events`.
+    pub fn serve(
+        self,
+        listener: Listener,
+        persist: PersistSpec,
+        events: Option<OwnedFd>,
+        nests: Option<Arc<nested::Registry>>,
+    ) {
         let _ = self.handler.send(Serve {
             listener,
             persist,
             events,
+            nests,
         });
     }
 }
@@ -274,6 +297,7 @@ struct Serve {
     listener: Listener,
     persist: PersistSpec,
     events: Option<OwnedFd>,
+    nests: Option<Arc<nested::Registry>>,
 }
 
 /// A working directory and umask apart from the rest of init; the directory is `/` (where a

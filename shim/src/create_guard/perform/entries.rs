@@ -130,6 +130,11 @@ impl Handler {
         let from = place(who, olddirfd, old)?;
         let to = place(who, newdirfd, new)?;
         let from_dir = is_dir(&from);
+        self.check_nested_source(&from.full)?;
+        self.check_nested(Op::RenameTo {
+            path: &to.full,
+            dir: from_dir,
+        })?;
         match self.rules.judge(Op::RenameTo {
             path: &to.full,
             dir: from_dir,

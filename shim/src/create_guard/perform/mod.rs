@@ -20,6 +20,7 @@ impl Handler {
     /// Whether the rules allow `op`: EPERM (and a report) if not. A git `config` renamed into
     /// place is the rename's to handle; anywhere else that answer is a refusal.
     fn check(&self, op: Op<'_>) -> Result<(), Errno> {
+        self.check_nested(op)?;
         match self.rules.judge(op) {
             Verdict::Allow => Ok(()),
             Verdict::Refuse(surface) => Err(self.refuse(op, surface)),
@@ -36,8 +37,37 @@ impl Handler {
         Ok(())
     }
 
+    /// The rules of the nested sandboxes the asking task is in (see `nested`): each must allow
+    /// `op`, whatever this sandbox's own rules say. Only their persistence refusals (EPERM) are
+    /// reported; outside their writable trees (EACCES) is what their Landlock layer would say.
+    fn check_nested(&self, op: Op<'_>) -> Result<(), Errno> {
+        for entry in self.nested.borrow().iter() {
+            if let Err((errno, why)) = entry.judge(op) {
+                if errno == Errno::EPERM {
+                    self.report_op(op, why);
+                }
+                return Err(errno);
+            }
+        }
+        Ok(())
+    }
+
+    /// The source of a rename leaves its directory: a write there, which every nested sandbox
+    /// of the asking task must allow.
+    fn check_nested_source(&self, path: &std::path::Path) -> Result<(), Errno> {
+        for entry in self.nested.borrow().iter() {
+            entry.source(path).map_err(|(errno, _)| errno)?;
+        }
+        Ok(())
+    }
+
     /// Tell the supervisor (it counts refusals and prints them with -v) and answer EPERM.
     fn refuse(&self, op: Op<'_>, surface: String) -> Errno {
+        self.report_op(op, surface);
+        Errno::EPERM
+    }
+
+    fn report_op(&self, op: Op<'_>, surface: String) {
         let (path, what) = match op {
             Op::Create { path, dir: true } => (path, "create a directory"),
             Op::Create { path, dir: false } => (path, "create"),
@@ -45,7 +75,6 @@ impl Handler {
             Op::Write { path } => (path, "write"),
         };
         self.report(path, what, surface);
-        Errno::EPERM
     }
 
     pub(super) fn perform(&self, tid: libc::pid_t, r: Request) -> Result<Answer, Errno> {

@@ -47,7 +47,7 @@ impl<'a> Op<'a> {
         }
     }
 
-    fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         match self {
             Op::Create { path, .. } | Op::RenameTo { path, .. } | Op::Write { path } => path,
         }

@@ -1,0 +1,381 @@
+//! Nested sandboxes: a `sandbox-launch` started inside this sandbox cannot build namespaces
+//! (the seccomp filter refuses them, and Landlock refuses every mount to a process it
+//! confines), so it stacks a Landlock layer and a seccomp filter of its own on its program. But
+//! every creation and write-open of that program comes here — the guard's filter runs before
+//! any Landlock check, and init performs the operation in *its* Landlock domain — so a nested
+//! launcher's narrower write set would not hold for them. It registers its rules here instead:
+//! for every operation of a process in the registrant's subtree, the guard also applies the
+//! nested launcher's persistence rules, strictly — outside the nested writable trees nothing is
+//! written (EACCES, as its Landlock layer would answer).
+//!
+//! A registration can only ever narrow: it adds refusals for its own subtree, never an allow.
+//! Anyone inside may register, which changes nothing for anyone else. The subtree is found by
+//! walking the asking process's parents; the nested launcher is a child subreaper, so its
+//! descendants' orphans stay in its subtree, and its program cannot end it (Landlock scopes
+//! signals to the program's own domain; ptrace is refused) — when it ends, it kills its
+//! subtree first. A registration lasts as long as the registrant (its pidfd tells).
+//!
+//! The socket is `SOCKET`, made by init in the sandbox's own `/dev` (a tmpfs of the sandbox; on
+//! a host `/dev` only root could make one): its presence, with the kernel's seccomp and
+//! no_new_privs facts, is how a launcher tells that it runs inside a sandbox.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use serde::{Deserialize, Serialize};
+
+use super::rules::{Op, Rules, Verdict};
+use crate::spec::PersistSpec;
+
+/// Where init listens for registrations (a SOCK_SEQPACKET unix socket, one request each).
+pub const SOCKET: &str = "/dev/sandbox-launch.sock";
+
+/// At most this many registrations at once (each holds a pidfd and compiled rules).
+const MAX_ENTRIES: usize = 64;
+
+/// A nested launcher's request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Register {
+    /// Its writable trees (every path outside them is refused) and what is protected in them.
+    pub persist: PersistSpec,
+}
+
+/// The answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Registered {
+    pub ok: bool,
+    /// Whether this sandbox has a create guard (without one, creations reach the kernel and
+    /// the nested Landlock layer governs them).
+    pub guarded: bool,
+    pub error: Option<String>,
+}
+
+/// One registration.
+pub struct Entry {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    rules: Rules,
+    /// Nothing at or below these may be written or moved away (`--deny-write`, `--deny-read`).
+    denied: Vec<std::path::PathBuf>,
+}
+
+impl Entry {
+    fn alive(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll of one valid pollfd without waiting; a pidfd is readable once the
+        // process has exited.
+        unsafe { libc::poll(&mut p, 1, 0) == 0 }
+    }
+
+    /// Whether the nested sandbox allows `op`; the errno and the reason when it does not.
+    pub fn judge(&self, op: Op<'_>) -> Result<(), (Errno, String)> {
+        self.contains(op.path())?;
+        match self.rules.judge(op) {
+            // A git config renamed into place: the sandbox's own rules validate it.
+            Verdict::Allow | Verdict::ValidateGitConfig => Ok(()),
+            Verdict::Refuse(why) => Err((Errno::EPERM, format!("{why} (a nested sandbox)"))),
+        }
+    }
+
+    /// Whether `path` may be moved away (the source of a rename): it lies in the nested
+    /// sandbox's writable trees, and neither at, below nor above what it denies (moving a
+    /// denied file, or a directory holding one, would make it readable or writable under
+    /// another name: Landlock's rules follow the directories they were given for).
+    pub fn source(&self, path: &Path) -> Result<(), (Errno, String)> {
+        self.contains(path)?;
+        match self
+            .denied
+            .iter()
+            .find(|d| path.starts_with(d) || d.starts_with(path))
+        {
+            Some(d) => Err((
+                Errno::EPERM,
+                format!("{} is denied by a nested sandbox", d.display()),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `path` lies in the nested sandbox's writable trees.
+    pub fn contains(&self, path: &Path) -> Result<(), (Errno, String)> {
+        if self.rules.guards(path) {
+            Ok(())
+        } else {
+            Err((
+                Errno::EACCES,
+                format!(
+                    "outside the writable trees of a nested sandbox (pid {})",
+                    self.pid
+                ),
+            ))
+        }
+    }
+}
+
+/// The registrations of this sandbox.
+pub struct Registry {
+    guarded: bool,
+    entries: Mutex<Vec<Arc<Entry>>>,
+}
+
+impl Registry {
+    pub fn new(guarded: bool) -> Registry {
+        Registry {
+            guarded,
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The registrations whose subtree holds thread `tid` (none, almost always: then nothing
+    /// is read from /proc).
+    pub fn for_task(&self, tid: libc::pid_t) -> Vec<Arc<Entry>> {
+        let entries: Vec<Arc<Entry>> = {
+            let Ok(mut all) = self.entries.lock() else {
+                return Vec::new();
+            };
+            all.retain(|e| e.alive());
+            all.clone()
+        };
+        if entries.is_empty() {
+            return entries;
+        }
+        let mut found = Vec::new();
+        let mut pid = status_field(tid, "Tgid:").unwrap_or(tid);
+        for _ in 0..256 {
+            found.extend(entries.iter().filter(|e| e.pid == pid).cloned());
+            match status_field(pid, "PPid:") {
+                Some(parent) if parent > 0 && parent != pid => pid = parent,
+                _ => break,
+            }
+        }
+        found
+    }
+
+    fn add(&self, pid: libc::pid_t, persist: &PersistSpec) -> Result<(), String> {
+        // SAFETY: pidfd_open with a pid and no flags.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(format!("pidfd_open({pid}) => {}", Errno::last()));
+        }
+        // SAFETY: a descriptor just returned to us.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let mut all = self.entries.lock().map_err(|_| "registry poisoned")?;
+        all.retain(|e| e.alive());
+        if all.len() >= MAX_ENTRIES {
+            return Err(format!(
+                "{MAX_ENTRIES} nested sandboxes at once is the limit"
+            ));
+        }
+        all.push(Arc::new(Entry {
+            pid,
+            pidfd,
+            rules: Rules::new(persist),
+            denied: persist.denied.clone(),
+        }));
+        Ok(())
+    }
+}
+
+/// A numeric field of `/proc/<pid>/status`.
+fn status_field(pid: libc::pid_t, key: &str) -> Option<libc::pid_t> {
+    let mut text = String::new();
+    std::fs::File::open(format!("/proc/{pid}/status"))
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Bind the registration socket (init, while it may still create it in the sandbox's `/dev`;
+/// `root` is where that `/dev` is now). Everyone inside may connect.
+pub fn bind(root: &Path) -> std::io::Result<OwnedFd> {
+    let path = root.join(SOCKET.trim_start_matches('/'));
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    let addr = nix::sys::socket::UnixAddr::new(&path)?;
+    nix::sys::socket::bind(sock.as_raw_fd(), &addr)?;
+    nix::sys::socket::listen(&sock, nix::sys::socket::Backlog::new(16)?)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(sock)
+}
+
+/// Answer registrations on `listener` from a thread of init, for as long as init lives.
+pub fn serve(listener: OwnedFd, registry: Arc<Registry>) {
+    let spawned = std::thread::Builder::new()
+        .name("nest-registry".into())
+        .spawn(move || loop {
+            // SAFETY: accept4 on a listening socket, no address wanted.
+            let fd = unsafe {
+                libc::accept4(
+                    listener.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                if Errno::last() == Errno::EINTR || Errno::last() == Errno::ECONNABORTED {
+                    continue;
+                }
+                return;
+            }
+            // SAFETY: a descriptor just returned to us.
+            let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+            let answer = register(&conn, &registry);
+            let _ = crate::channel::send(conn.as_raw_fd(), &answer, &[]);
+        });
+    // Without the thread nothing can register: nested launches are refused, nothing widens.
+    drop(spawned);
+}
+
+/// One request: the peer's own subtree is narrowed by what it sends.
+fn register(conn: &OwnedFd, registry: &Registry) -> Registered {
+    let fail = |e: String| Registered {
+        ok: false,
+        guarded: registry.guarded,
+        error: Some(e),
+    };
+    // A client that connects and sends nothing must not hold up the others.
+    let timeout = nix::sys::time::TimeVal::from(libc::timeval {
+        tv_sec: Duration::from_secs(2).as_secs() as libc::time_t,
+        tv_usec: 0,
+    });
+    let _ = nix::sys::socket::setsockopt(conn, nix::sys::socket::sockopt::ReceiveTimeout, &timeout);
+    let peer = match nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials)
+    {
+        Ok(c) => c.pid(),
+        Err(e) => return fail(format!("SO_PEERCRED => {e}")),
+    };
+    let request: Register = match crate::channel::recv(conn.as_raw_fd()) {
+        Ok(Some((r, _fds))) => r,
+        Ok(None) => return fail("no request".into()),
+        Err(e) => return fail(format!("{e:#}")),
+    };
+    match registry.add(peer, &request.persist) {
+        Ok(()) => Registered {
+            ok: true,
+            guarded: registry.guarded,
+            error: None,
+        },
+        Err(e) => fail(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ProtectRule;
+
+    fn entry(roots: &[&str], protected: &[&str]) -> Entry {
+        // SAFETY: pidfd_open of this process.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, std::process::id(), 0) };
+        assert!(fd >= 0);
+        let spec = PersistSpec {
+            roots: roots.iter().map(Into::into).collect(),
+            rules: protected
+                .iter()
+                .map(|p| ProtectRule {
+                    anchor: None,
+                    pattern: p.to_string(),
+                    surface: p.to_string(),
+                })
+                .collect(),
+            denied: vec!["/w/inner/secret".into()],
+            ..Default::default()
+        };
+        Entry {
+            pid: std::process::id() as i32,
+            // SAFETY: just returned.
+            pidfd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
+            rules: Rules::new(&spec),
+            denied: spec.denied.clone(),
+        }
+    }
+
+    #[test]
+    fn outside_the_nested_writable_trees_nothing_is_written() {
+        let e = entry(&["/w/inner"], &[".envrc"]);
+        let create = |p: &str| {
+            e.judge(Op::Create {
+                path: Path::new(p),
+                dir: false,
+            })
+        };
+        assert!(create("/w/inner/a.txt").is_ok());
+        assert_eq!(create("/w/outer.txt").unwrap_err().0, Errno::EACCES);
+        assert_eq!(create("/w/inner/.envrc").unwrap_err().0, Errno::EPERM);
+        assert!(e.contains(Path::new("/w/inner/x")).is_ok());
+        assert!(e.contains(Path::new("/w/innerx")).is_err());
+    }
+
+    #[test]
+    fn what_a_nested_sandbox_denies_is_not_moved_away_nor_written() {
+        let e = entry(&["/w/inner"], &[]);
+        assert!(e.source(Path::new("/w/inner/file")).is_ok());
+        assert_eq!(
+            e.source(Path::new("/w/inner/secret/key")).unwrap_err().0,
+            Errno::EPERM
+        );
+        assert_eq!(e.source(Path::new("/w/inner")).unwrap_err().0, Errno::EPERM);
+        assert_eq!(
+            e.source(Path::new("/w/other")).unwrap_err().0,
+            Errno::EACCES
+        );
+        let write = e.judge(Op::Write {
+            path: Path::new("/w/inner/secret/key"),
+        });
+        assert_eq!(write.unwrap_err().0, Errno::EPERM);
+    }
+
+    #[test]
+    fn a_registration_applies_to_the_registrant_and_its_descendants_only() {
+        let registry = Registry::new(true);
+        let me = std::process::id() as libc::pid_t;
+        registry
+            .add(
+                me,
+                &PersistSpec {
+                    roots: vec!["/x".into()],
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert_eq!(registry.for_task(me).len(), 1);
+        assert_eq!(registry.for_task(child.id() as i32).len(), 1);
+        // The parent of this test process is not in the subtree.
+        let parent = status_field(me, "PPid:").unwrap();
+        assert!(registry.for_task(parent).is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_dead_registrant_is_forgotten() {
+        let registry = Registry::new(true);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        registry.add(pid, &PersistSpec::default()).unwrap();
+        child.wait().unwrap();
+        assert!(registry.for_task(pid).is_empty());
+        assert!(registry.entries.lock().unwrap().is_empty());
+    }
+}
