@@ -151,11 +151,12 @@ pub async fn dial(
         }
         Err(DialError::Forbidden(why)) => {
             decision.verdict = Verdict::Deny;
+            decision.hint = Some(if why.starts_with(super::parent::OUTER_DENIES) {
+                "the outer sandbox's policy must allow it as well".to_string()
+            } else {
+                format!("name the host exactly: `--allow-domain {}`", decision.host)
+            });
             decision.reason = why;
-            decision.hint = Some(format!(
-                "name the host exactly: `--allow-domain {}`",
-                decision.host
-            ));
             proxy.events.decision(protocol, &decision, binary, request);
             Err(denied(&decision))
         }

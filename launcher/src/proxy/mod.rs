@@ -22,6 +22,7 @@ pub mod inspect;
 pub mod launch;
 pub mod load;
 pub mod matcher;
+pub mod parent;
 pub mod request_method;
 pub mod request_path;
 pub mod resolve;

@@ -18,6 +18,9 @@ pub struct Resolver {
     /// Ask the system resolver for names without an override. Off in unit tests, so that they
     /// never send a query anywhere.
     system: bool,
+    /// A parent proxy every connection goes through, by name (a nested sandbox's; see
+    /// `super::parent`).
+    parent: Option<SocketAddr>,
 }
 
 /// Why an allowed name could not be dialled.
@@ -81,7 +84,18 @@ impl Resolver {
         Resolver {
             overrides: map,
             system: false,
+            parent: None,
         }
+    }
+
+    /// Dial every allowed connection through the HTTP proxy at `parent`, which decides again.
+    pub fn through(mut self, parent: SocketAddr) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    fn has_override(&self, host: &super::matcher::Host) -> bool {
+        matches!(host, super::matcher::Host::Name(n) if self.overrides.contains_key(n))
     }
 
     /// The addresses of an allowed host, each checked against what the decision permits.
@@ -117,6 +131,15 @@ impl Resolver {
 
     /// Resolve, check, and connect to the first checked address that answers.
     pub async fn dial(&self, decision: &Decision) -> std::result::Result<TcpStream, DialError> {
+        if let Some(parent) = self.parent {
+            // The parent resolves; only the addresses known here are checked here.
+            if matches!(decision.host, super::matcher::Host::Ip(_))
+                || self.has_override(&decision.host)
+            {
+                self.resolve_checked(decision).await?;
+            }
+            return super::parent::connect(parent, &decision.host, decision.port).await;
+        }
         let addrs = self.resolve_checked(decision).await?;
         let mut last = None;
         for addr in &addrs {
