@@ -12,6 +12,7 @@ pub mod layout;
 pub mod limits;
 pub mod login;
 pub mod namespaces;
+pub mod nest;
 pub mod persistence;
 pub mod policy;
 pub mod prompt;

@@ -191,7 +191,7 @@ fn root_start(
     Ok(attached.fds)
 }
 
-fn seccomp(policy: &Policy) -> Result<SeccompSpec, StepError> {
+pub(crate) fn seccomp(policy: &Policy) -> Result<SeccompSpec, StepError> {
     let name = policy.seccomp.clone().unwrap_or_else(|| "default".into());
     if let Some(json) = seccomp_policies::get(&name) {
         return Ok(SeccompSpec {
@@ -292,6 +292,14 @@ pub fn prepare(
             )
         }
     };
+    // A nested sandbox's proxy listens on these ports of our loopback; its program must reach
+    // it through our Landlock layer (our network namespace holds only `lo`, redirected).
+    let tcp_connect = tcp_connect.map(|mut ports| {
+        ports.extend(crate::nest::PROXY_PORTS);
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    });
     if network != NetworkMode::Restricted {
         warnings.extend(proxy::launch::ignored_flags(
             &args.allow_domain,
@@ -461,6 +469,10 @@ pub fn host_context(cwd: PathBuf) -> HostContext {
 
 /// `whole-process` and `per-command` (`kind`).
 pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
+    // Inside a sandbox: its layers stacked on ours (see `nest`), never fewer.
+    if crate::nest::detect() {
+        return crate::nest::run(args, argv);
+    }
     let (mut status, events) = match sinks(args) {
         Ok(s) => s,
         Err(e) => {
@@ -587,7 +599,7 @@ fn network_name(mode: NetworkMode) -> &'static str {
 
 /// `--json-status-fd` and `--events`; the events stream also gets every status line (the
 /// sandbox's lifecycle: warnings, verified, running, exited, failed) besides network decisions.
-fn sinks(args: &SandboxArgs) -> anyhow::Result<(StatusSink, Arc<EventSink>)> {
+pub(crate) fn sinks(args: &SandboxArgs) -> anyhow::Result<(StatusSink, Arc<EventSink>)> {
     let events = Arc::new(match &args.events {
         Some(target) => EventSink::open(target)?,
         None => EventSink::none(),

@@ -1,0 +1,307 @@
+//! Nesting narrows (DESIGN §1.6): a `sandbox-launch` started inside a sandbox cannot build
+//! namespaces — the outer seccomp filter refuses them, and Landlock refuses every mount to a
+//! process it confines — so it stacks its own layers on its program instead:
+//!
+//! * a Landlock layer from the nested policy (`landlock`), which only takes away;
+//! * the nested policy's seccomp filter, plus one for its network (`network`);
+//! * its write set registered with the outer sandbox's create guard (`register`): the program's
+//!   creations and write-opens are performed by the outer init, in the outer Landlock domain,
+//!   where the nested layer would not apply;
+//! * its own proxy, with its own rules, dialling through whatever the outer sandbox allows.
+//!
+//! Every layer of the outer sandbox stays in force beneath, so a nested policy that allows what
+//! the outer denies gets nothing more. The launcher then stays with its program as its init
+//! (`reaper`).
+//!
+//! **Detection** cannot be fooled into *fewer* layers: nested mode needs the kernel's facts that
+//! only a confined process has — a seccomp filter (mode 2) and no_new_privs — and the outer
+//! sandbox's registration socket in its `/dev`, which only the sandbox (or root, on a host)
+//! can make; an environment variable alone proves nothing. The inside cannot forge a widening:
+//! whatever it claims, the outer layers hold.
+
+mod child;
+mod landlock;
+mod network;
+mod reaper;
+mod register;
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::json;
+use shim::channel::{Step, StepError};
+use shim::create_guard::nested::SOCKET;
+use shim::spec::{Access, MountOp};
+
+use crate::cli::SandboxArgs;
+use crate::policy::model::{NetworkMode, Policy};
+use crate::proxy::events::EventSink;
+use crate::status::StatusSink;
+use crate::{environment, layout, limits, sandbox, supervisor};
+
+pub use network::PROXY_PORTS;
+
+/// Whether this process runs inside a sandbox that lets a nested one register.
+pub fn detect() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_string()
+    };
+    let socket = std::fs::symlink_metadata(SOCKET).is_ok_and(|m| m.file_type().is_socket());
+    field("Seccomp:") == "2" && field("NoNewPrivs:") == "1" && socket
+}
+
+/// Whether this process is already under a seccomp filter with no_new_privs — inside some
+/// sandbox or a container's profile (for messages).
+pub fn confined() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .any(|l| l.starts_with("Seccomp:") && l.ends_with('2'))
+}
+
+fn policy_error(e: impl std::fmt::Display) -> StepError {
+    StepError::new(Step::Policy, e.to_string(), None)
+}
+
+/// What the nested launch needs, planned before the fork.
+struct Nested {
+    program: child::Program,
+    register: shim::create_guard::nested::Register,
+    proxy: Option<(crate::proxy::Proxy, Vec<std::os::fd::OwnedFd>)>,
+    timeout: Option<std::time::Duration>,
+    warnings: Vec<String>,
+    policy: Policy,
+}
+
+/// `whole-process` or `per-command` inside a sandbox.
+pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
+    let (mut status, events) = match sandbox::sinks(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sandbox-launch: {e:#}");
+            return 2;
+        }
+    };
+    events.emit(json!({
+        "event": "launch",
+        "argv": argv,
+        "launcher_pid": std::process::id(),
+        "nested": true,
+    }));
+    if args.name.is_some() {
+        eprintln!(
+            "sandbox-launch: warning: --name: a nested sandbox has no control socket of its own"
+        );
+    }
+    let nested = match plan(args, argv, events) {
+        Ok(n) => n,
+        Err(e) => return supervisor::fail(&mut status, &e),
+    };
+    for w in &nested.warnings {
+        eprintln!("sandbox-launch: warning: {w}");
+        status.emit(json!({"status": "warning", "warning": w}));
+    }
+    if args.verbose > 1 {
+        eprintln!(
+            "sandbox-launch: effective policy (nested):\n{}",
+            crate::policy::describe(&nested.policy)
+        );
+        eprintln!(
+            "sandbox-launch: nested Landlock layer: {:#?}",
+            nested.program.layer
+        );
+    }
+    match launch(nested, &mut status, args.verbose) {
+        Ok(code) => code,
+        Err(e) => supervisor::fail(&mut status, &e),
+    }
+}
+
+fn launch(n: Nested, status: &mut StatusSink, verbose: u8) -> Result<i32, StepError> {
+    let guarded = register::register(&n.register)?;
+    if !guarded && n.program.layer.split {
+        // The directories on the way to a denied path keep the right to create (the guard
+        // judges creations): without a guard that right would reach the denied path.
+        return Err(StepError::new(
+            Step::Landlock,
+            "a --deny-write or --deny-read inside a writable tree of a nested sandbox needs the \
+             outer sandbox's create guard, and the outer sandbox has none",
+            Some("give the denial to the outer sandbox instead"),
+        ));
+    }
+    let signals = reaper::prepare().map_err(|e| {
+        StepError::new(
+            Step::Internal,
+            format!("cannot become the program's reaper: {e}"),
+            None,
+        )
+    })?;
+    // Not dumpable: the program (same uid) cannot read or write this process's memory.
+    shim::sys::prctl(libc::PR_SET_DUMPABLE, 0, "PR_SET_DUMPABLE")
+        .map_err(|e| StepError::new(Step::Internal, e.to_string(), None))?;
+    let (pid, facts) = child::spawn(&n.program).inspect_err(|_| reaper::kill_subtree())?;
+    if let Some((proxy, fds)) = n.proxy {
+        if let Err(e) = network::start(proxy, fds) {
+            reaper::kill_subtree();
+            return Err(StepError::new(Step::Network, format!("{e:#}"), None));
+        }
+    }
+    if verbose > 0 {
+        eprintln!("sandbox-launch: verified (nested): {facts}");
+    }
+    status.emit(json!({"status": "verified", "facts": facts}));
+    status.emit(json!({"status": "running", "pid": pid, "nested": true}));
+    let ended = reaper::supervise(pid, &signals, n.timeout, supervisor::TIMEOUT_GRACE);
+    let code = if ended.timed_out {
+        status.emit(json!({"status": "timeout", "exit_code": ended.code}));
+        supervisor::TIMEOUT_EXIT
+    } else {
+        ended.code
+    };
+    status.emit(json!({"status": "exited", "exit_code": code}));
+    Ok(code)
+}
+
+fn plan(
+    args: &SandboxArgs,
+    argv: Vec<String>,
+    events: Arc<EventSink>,
+) -> Result<Nested, StepError> {
+    let (policy, cwd) = sandbox::load_policy(args)?;
+    let mut warnings = policy.warnings.clone();
+    let mode = policy.network.mode.unwrap_or(NetworkMode::Restricted);
+    let mut env = environment::build(
+        &environment::host(),
+        &policy.runtime.env,
+        mode,
+        &mut warnings,
+    );
+    if let Some(u) = &policy.process.run_as_user {
+        warnings.push(format!(
+            "process.run_as_user={u}: a nested sandbox runs as the outer sandbox's user"
+        ));
+    }
+    cgroup_limits(&policy, &mut warnings)?;
+    let abi = shim::landlock::kernel_abi().unwrap_or(0);
+    if abi < 6 {
+        return Err(StepError::new(
+            Step::Landlock,
+            format!("a nested sandbox needs Landlock ABI 6 (Linux 6.12), this kernel has {abi}"),
+            Some("run the program in the outer sandbox directly"),
+        ));
+    }
+    let layout =
+        layout::plan(&policy, &sandbox::host_context(cwd.clone())).map_err(policy_error)?;
+    warnings.extend(layout.warnings.iter().cloned());
+    let net = network::plan(mode, &policy, args, events, &mut env, &mut warnings)?;
+
+    let deny_read: Vec<PathBuf> = layout
+        .mounts
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Mask { target, .. } => Some(target.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut denied: Vec<(PathBuf, landlock::Keep)> = deny_read
+        .iter()
+        .map(|p| (p.clone(), landlock::Keep::Nothing))
+        .collect();
+    for s in &policy.filesystem.deny_write {
+        if let Ok(p) = std::fs::canonicalize(&s.value) {
+            if !denied.iter().any(|(d, _)| *d == p) {
+                denied.push((p, landlock::Keep::Read));
+            }
+        }
+    }
+    let layer = landlock::plan(abi, &layout.landlock, &denied, net.tcp_connect.clone());
+
+    let mut persist = layout.persist.clone();
+    // Strict in the outer guard: outside these nothing is written. The plan's writable and
+    // device paths, and the program's standard descriptors (reopened by name).
+    for r in &layout.landlock {
+        if matches!(r.access, Access::Write | Access::Device) && !persist.roots.contains(&r.path) {
+            persist.roots.push(r.path.clone());
+        }
+    }
+    for fd in 0..=2 {
+        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+            if p.is_absolute() && !persist.roots.contains(&p) {
+                persist.roots.push(p);
+            }
+        }
+    }
+    persist.denied.extend(deny_read.iter().cloned());
+
+    let policy_filter = shim::seccomp::compile(&sandbox::seccomp(&policy)?).map_err(|e| {
+        StepError::new(
+            Step::Seccomp,
+            format!("{e:#}"),
+            Some("check the seccomp policy (--seccomp-policy)"),
+        )
+    })?;
+    let mut filters = vec![policy_filter];
+    filters.extend(net.filter);
+    let unreadable = deny_read.into_iter().filter(|p| p.is_file()).collect();
+    let rlimits = limits::process_limits(&policy.runtime.limits)?.rlimits;
+    Ok(Nested {
+        program: child::Program {
+            argv,
+            env,
+            cwd,
+            layer,
+            filters,
+            rlimits,
+            verify: child::Verify {
+                unwritable_dirs: layout.verify_unwritable_dirs.clone(),
+                unreadable,
+                no_ip: net.no_ip,
+            },
+        },
+        register: shim::create_guard::nested::Register { persist },
+        proxy: net.proxy,
+        timeout: policy.runtime.limits.timeout.as_ref().map(|t| t.value),
+        warnings,
+        policy,
+    })
+}
+
+/// cgroup limits need a group of the sandbox's own, which a nested one cannot make: refused
+/// under `hard_requirement`, reported under `best_effort`.
+fn cgroup_limits(policy: &Policy, warnings: &mut Vec<String>) -> Result<(), StepError> {
+    let l = &policy.runtime.limits;
+    let asked: Vec<&str> = [
+        ("--memory", l.memory.is_some()),
+        ("--pids", l.pids.is_some()),
+        ("--cpus", l.cpus.is_some()),
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(n, _)| *n)
+    .collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let what = format!(
+        "{}: a nested sandbox cannot make cgroups of its own (the outer sandbox's limits apply)",
+        asked.join(", ")
+    );
+    if l.compat == crate::policy::runtime::LimitsCompat::BestEffort {
+        warnings.push(what);
+        Ok(())
+    } else {
+        Err(StepError::new(
+            Step::Limits,
+            what,
+            Some("give the limits to the outer sandbox, or use --limits-compatibility best_effort"),
+        ))
+    }
+}
