@@ -1,0 +1,388 @@
+//! Nesting narrows: `sandbox-launch` started inside a sandbox stacks the inner policy's layers
+//! on the outer sandbox's, so an inner allow of what the outer denies stays denied and an inner
+//! deny of what the outer allows holds. Judged on the host (what is on disk afterwards, what the
+//! server received), each denial with its allowed twin, as root and as uid 65534.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use integration::net::HostServer;
+use integration::{command, explain, launcher, stdout, Caller, TempDir, CALLERS};
+
+/// The launcher as the outer sandbox sees it: where it was built, unless that is under a
+/// directory the sandbox has a private one of (then a link in the test's own directory).
+fn inner_launcher(dir: &TempDir) -> PathBuf {
+    let bin = launcher();
+    if !(bin.starts_with("/tmp") || bin.starts_with("/var/tmp")) {
+        return bin.clone();
+    }
+    let dst = dir.join("sandbox-launch");
+    if std::fs::hard_link(bin, &dst).is_err() {
+        std::fs::copy(bin, &dst).expect("copy the launcher");
+    }
+    dst
+}
+
+/// `whole-process OUTER -- sandbox-launch whole-process INNER -- sh -c SCRIPT` in `cwd`.
+fn nested_command(
+    caller: Caller,
+    dir: &TempDir,
+    cwd: &Path,
+    outer: &[&str],
+    inner: &[&str],
+    script: &str,
+) -> std::process::Command {
+    let bin = inner_launcher(dir);
+    let mut args = vec!["whole-process"];
+    args.extend_from_slice(outer);
+    args.extend_from_slice(&["--", bin.to_str().unwrap(), "whole-process"]);
+    args.extend_from_slice(inner);
+    args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+    command(caller, cwd, &args)
+}
+
+fn nested(
+    caller: Caller,
+    dir: &TempDir,
+    cwd: &Path,
+    outer: &[&str],
+    inner: &[&str],
+    script: &str,
+) -> Output {
+    nested_command(caller, dir, cwd, outer, inner, script)
+        .output()
+        .expect("run sandbox-launch")
+}
+
+/// The outer sandbox alone (the twins: what the outer allows).
+fn outer_only(caller: Caller, cwd: &Path, outer: &[&str], script: &str) -> Output {
+    integration::sh(caller, cwd, outer, script)
+}
+
+fn has_line(out: &Output, line: &str) -> bool {
+    stdout(out).lines().any(|l| l == line)
+}
+
+#[test]
+fn the_inner_program_runs_nested_under_both_layers() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-layers");
+        let out = nested(
+            caller,
+            &dir,
+            &dir.path,
+            &[],
+            &["-v"],
+            "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status",
+        );
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(has_line(&out, "Seccomp:\t2"), "{}", explain(&out));
+        assert!(
+            integration::stderr(&out).contains("verified (nested)"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+#[test]
+fn an_inner_allow_write_of_what_the_outer_keeps_read_only_stays_read_only() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-ro");
+        let work = dir.mkdir("work");
+        let locked = dir.mkdir("work/locked");
+        dir.write("work/locked/file", "original\n");
+        let usr_probe = format!("/usr/sl-nest-probe-{}", std::process::id());
+        let locked_s = locked.to_str().unwrap();
+        let script = format!(
+            "echo new > {locked_s}/new; echo new=$?
+echo changed > {locked_s}/file; echo file=$?
+mv {locked_s}/file {locked_s}/moved; echo mv=$?
+touch {usr_probe}; echo usr=$?
+echo twin > twin.txt; echo twin=$?"
+        );
+        let out = nested(
+            caller,
+            &dir,
+            &work,
+            &["--deny-write", locked_s],
+            &["--allow-write", locked_s, "--allow-write", "/usr"],
+            &script,
+        );
+        let s = stdout(&out);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        for refused in ["new", "file", "mv", "usr"] {
+            assert!(
+                !has_line(&out, &format!("{refused}=0")),
+                "{caller:?} {refused}: {s}"
+            );
+        }
+        assert!(has_line(&out, "twin=0"), "{caller:?}: {}", explain(&out));
+        // On the host: the read-only tree is as it was; the writable one got the twin.
+        assert!(!locked.join("new").exists() && !locked.join("moved").exists());
+        assert_eq!(
+            std::fs::read_to_string(locked.join("file")).unwrap(),
+            "original\n"
+        );
+        assert!(!Path::new(&usr_probe).exists());
+        assert_eq!(
+            std::fs::read_to_string(work.join("twin.txt")).unwrap(),
+            "twin\n"
+        );
+    }
+}
+
+#[test]
+fn an_inner_deny_read_of_what_the_outer_allows_is_unreadable() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-deny-read");
+        let work = dir.mkdir("work");
+        dir.write("work/.env", "TOKEN=env-secret\n");
+        dir.write("work/secret/key", "key-secret\n");
+        dir.write("work/open.txt", "open-text\n");
+        let env = work.join(".env");
+        let secret = work.join("secret");
+        let inner = [
+            "--deny-read",
+            env.to_str().unwrap(),
+            "--deny-read",
+            secret.to_str().unwrap(),
+        ];
+        let script = "cat .env secret/key open.txt
+(exec 3<>.env && cat <&3)
+cp .env copied; mv .env moved; mv secret/key stolen; ln secret/key linked; mv secret gone
+cat copied moved stolen linked gone/key
+true";
+        let out = nested(caller, &dir, &work, &[], &inner, script);
+        let s = stdout(&out);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(!s.contains("secret"), "{caller:?}: {}", explain(&out));
+        assert!(has_line(&out, "open-text"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            std::fs::read_to_string(&env).unwrap(),
+            "TOKEN=env-secret\n",
+            "still in place on the host"
+        );
+        assert!(secret.join("key").exists());
+        // The twin: the outer sandbox alone reads both.
+        let out = outer_only(caller, &work, &[], "cat .env secret/key");
+        assert!(
+            has_line(&out, "TOKEN=env-secret") && has_line(&out, "key-secret"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+/// `restricted`, each name pinned to the host's 127.0.0.1, each of `allow` allowed.
+fn network_opts<'a>(allow: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["--network", "restricted"];
+    for name in ["allowed.test", "other.test", "denied.test"] {
+        v.extend_from_slice(&["--resolve", resolve(name)]);
+    }
+    for a in allow {
+        v.extend_from_slice(&["--allow-domain", a]);
+    }
+    v
+}
+
+fn resolve(name: &str) -> &'static str {
+    match name {
+        "allowed.test" => "allowed.test:127.0.0.1",
+        "other.test" => "other.test:127.0.0.1",
+        _ => "denied.test:127.0.0.1",
+    }
+}
+
+fn curl_lines(port: u16, names: &[(&str, &str)]) -> String {
+    names
+        .iter()
+        .map(|(name, path)| {
+            format!(
+                "curl -s -o /dev/null --max-time 20 -w '{path} %{{http_code}}\\n' http://{name}:{port}/{path}"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn an_inner_deny_of_an_outer_allowed_domain_holds_and_its_twin_passes() {
+    for caller in CALLERS {
+        let server = HostServer::start();
+        let dir = TempDir::new("nest-net-deny");
+        let outer = network_opts(&["allowed.test", "other.test"]);
+        let inner = network_opts(&["allowed.test"]);
+        let script = curl_lines(
+            server.port,
+            &[
+                ("allowed.test", "inner-allowed"),
+                ("other.test", "inner-denied"),
+            ],
+        );
+        let out = nested(caller, &dir, &dir.path, &outer, &inner, &script);
+        assert!(
+            has_line(&out, "inner-allowed 200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            has_line(&out, "inner-denied 403"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(server.saw("/inner-allowed"));
+        assert!(!server.saw("/inner-denied"), "the server was reached");
+        // The twin: the outer sandbox alone reaches other.test.
+        let script = curl_lines(server.port, &[("other.test", "outer-other")]);
+        let out = outer_only(caller, &dir.path, &outer, &script);
+        assert!(
+            has_line(&out, "outer-other 200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(server.saw("/outer-other"));
+    }
+}
+
+#[test]
+fn an_inner_allow_of_an_outer_denied_domain_stays_denied() {
+    for caller in CALLERS {
+        let server = HostServer::start();
+        let dir = TempDir::new("nest-net-allow");
+        let outer = network_opts(&["allowed.test"]);
+        let inner = network_opts(&["allowed.test", "denied.test"]);
+        let script = format!(
+            "{}
+curl -s -o /dev/null --max-time 20 -w 'socks %{{http_code}}\\n' --socks5-hostname \"${{ALL_PROXY#socks5h://}}\" http://denied.test:{}/inner-socks
+curl -s -o /dev/null --max-time 5 -w 'direct %{{http_code}}\\n' --noproxy '*' http://127.0.0.1:{}/inner-direct
+true",
+            curl_lines(
+                server.port,
+                &[("allowed.test", "twin"), ("denied.test", "inner-widened")]
+            ),
+            server.port,
+            server.port
+        );
+        let out = nested(caller, &dir, &dir.path, &outer, &inner, &script);
+        assert!(has_line(&out, "twin 200"), "{caller:?}: {}", explain(&out));
+        assert!(
+            has_line(&out, "inner-widened 403"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !has_line(&out, "socks 200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !has_line(&out, "direct 200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(server.saw("/twin"));
+        for path in ["/inner-widened", "/inner-socks", "/inner-direct"] {
+            assert!(!server.saw(path), "{caller:?}: the server got {path}");
+        }
+    }
+}
+
+#[test]
+fn the_inner_programs_persistence_protections_still_hold() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-persist");
+        let work = dir.mkdir("work");
+        dir.mkdir("work/.git/hooks");
+        let kept = dir.mkdir("work/kept");
+        let script = "echo 'touch PWNED' > .envrc; echo envrc=$?
+printf '#!/bin/sh\\ntouch PWNED\\n' > .git/hooks/pre-commit; echo hook=$?
+mkdir -p .vscode && echo '{}' > .vscode/tasks.json; echo tasks=$?
+touch kept/new; echo kept=$?
+echo twin > notes.txt; echo twin=$?";
+        let out = nested(
+            caller,
+            &dir,
+            &work,
+            &[],
+            &["--deny-write", kept.to_str().unwrap()],
+            script,
+        );
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        for refused in ["envrc", "hook", "tasks", "kept"] {
+            assert!(
+                !has_line(&out, &format!("{refused}=0")),
+                "{caller:?} {refused}: {}",
+                explain(&out)
+            );
+        }
+        assert!(has_line(&out, "twin=0"), "{caller:?}: {}", explain(&out));
+        for planted in [
+            ".envrc",
+            ".git/hooks/pre-commit",
+            ".vscode/tasks.json",
+            "kept/new",
+        ] {
+            assert!(
+                !work.join(planted).exists(),
+                "{caller:?}: {planted} on the host"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(work.join("notes.txt")).unwrap(),
+            "twin\n"
+        );
+        // The twin of `kept`: the outer sandbox alone writes there.
+        let out = outer_only(caller, &work, &[], "touch kept/outer && echo ok");
+        assert!(has_line(&out, "ok"), "{caller:?}: {}", explain(&out));
+    }
+}
+
+#[test]
+fn exit_codes_and_signals_pass_through_both_launchers() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-exit");
+        let out = nested(caller, &dir, &dir.path, &[], &[], "exit 7");
+        assert_eq!(out.status.code(), Some(7), "{caller:?}: {}", explain(&out));
+        let out = nested(caller, &dir, &dir.path, &[], &[], "kill -KILL $$");
+        assert_eq!(
+            out.status.code(),
+            Some(137),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+
+        // SIGTERM to the outer launcher reaches the inner program, which says so and exits 42.
+        let mut child = nested_command(
+            caller,
+            &dir,
+            &dir.path,
+            &[],
+            &[],
+            "trap 'echo got-term; exit 42' TERM; echo ready; while :; do sleep 0.1; done",
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sandbox-launch");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        // SAFETY: signalling the child we started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(lines.next().unwrap().unwrap(), "got-term");
+        assert_eq!(status.code(), Some(42), "{caller:?}");
+    }
+}
