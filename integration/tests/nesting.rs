@@ -9,20 +9,23 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use integration::net::HostServer;
-use integration::{command, explain, launcher, stdout, Caller, TempDir, CALLERS};
+use integration::{command, explain, fault_inject, launcher, stdout, Caller, TempDir, CALLERS};
 
-/// The launcher as the outer sandbox sees it: where it was built, unless that is under a
+/// A binary as the outer sandbox sees it: where it was built, unless that is under a
 /// directory the sandbox has a private one of (then a link in the test's own directory).
-fn inner_launcher(dir: &TempDir) -> PathBuf {
-    let bin = launcher();
+fn visible(dir: &TempDir, bin: &Path) -> PathBuf {
     if !(bin.starts_with("/tmp") || bin.starts_with("/var/tmp")) {
-        return bin.clone();
+        return bin.to_path_buf();
     }
-    let dst = dir.join("sandbox-launch");
+    let dst = dir.join(bin.file_name().unwrap().to_str().unwrap());
     if std::fs::hard_link(bin, &dst).is_err() {
-        std::fs::copy(bin, &dst).expect("copy the launcher");
+        std::fs::copy(bin, &dst).expect("copy the binary");
     }
     dst
+}
+
+fn inner_launcher(dir: &TempDir) -> PathBuf {
+    visible(dir, launcher())
 }
 
 /// `whole-process OUTER -- sandbox-launch whole-process INNER -- sh -c SCRIPT` in `cwd`.
@@ -384,5 +387,60 @@ fn exit_codes_and_signals_pass_through_both_launchers() {
         };
         assert_eq!(lines.next().unwrap().unwrap(), "got-term");
         assert_eq!(status.code(), Some(42), "{caller:?}");
+    }
+}
+
+#[test]
+fn a_nested_launch_whose_layers_or_registration_do_not_take_effect_runs_nothing() {
+    // Under fault-inject inside the outer sandbox: the kernel says the Landlock layer or the
+    // seccomp filters were applied when they were not, or the outer guard cannot be reached.
+    let faults = [
+        ("landlock_restrict_self=0".to_string(), 118),
+        ("seccomp=0".to_string(), 118),
+        // connect(2): the registration socket.
+        (format!("{}=EACCES", libc::SYS_connect), 117),
+    ];
+    for caller in CALLERS {
+        for (fault, code) in &faults {
+            let (fault, code) = (fault.as_str(), *code);
+            let dir = TempDir::new("nest-fail-closed");
+            let inject = visible(&dir, fault_inject());
+            let bin = inner_launcher(&dir);
+            let out = command(
+                caller,
+                &dir.path,
+                &[
+                    "whole-process",
+                    "--",
+                    inject.to_str().unwrap(),
+                    "--errno",
+                    fault,
+                    "--",
+                    bin.to_str().unwrap(),
+                    "whole-process",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "touch RAN",
+                ],
+            )
+            .output()
+            .expect("run sandbox-launch");
+            assert_eq!(
+                out.status.code(),
+                Some(code),
+                "{caller:?} {fault}: {}",
+                explain(&out)
+            );
+            assert!(
+                !dir.join("RAN").exists(),
+                "{caller:?} {fault}: the program ran"
+            );
+        }
+        // The twin: without a fault the same program runs.
+        let dir = TempDir::new("nest-fail-closed");
+        let out = nested(caller, &dir, &dir.path, &[], &[], "touch RAN");
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(dir.join("RAN").exists());
     }
 }

@@ -36,6 +36,9 @@ pub struct Verify {
     pub unreadable: Vec<PathBuf>,
     /// No IPv4 socket may be made.
     pub no_ip: bool,
+    /// A loopback port the outer sandbox may let its programs reach and this layer does not
+    /// (the outer proxy's): a connect there must be refused by Landlock.
+    pub refused_port: Option<u16>,
 }
 
 /// The one line the program's process sends before its exec.
@@ -163,9 +166,19 @@ fn layers_then_verify(p: &Program) -> Result<serde_json::Value, StepError> {
         }
     }
     verify_files(&p.verify)?;
+    verify_landlock(&p.verify)?;
+    let before = filter_count();
     for f in &p.filters {
         shim::seccomp::install(f)
             .map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
+    }
+    // Each filter must be in force, not only said to be installed.
+    if filter_count() != before + p.filters.len() as u32 {
+        return Err(verify_error(&format!(
+            "{} seccomp filter(s) installed, but the kernel counts {} more",
+            p.filters.len(),
+            filter_count().saturating_sub(before)
+        )));
     }
     if p.verify.no_ip {
         // SAFETY: socket(2) with constant arguments; closed at once if it succeeds.
@@ -197,8 +210,50 @@ fn layers_then_verify(p: &Program) -> Result<serde_json::Value, StepError> {
         "landlock": landlock,
         "unwritable_dirs_checked": p.verify.unwritable_dirs.len(),
         "unreadable_checked": p.verify.unreadable.len(),
+        "signal_scoped": true,
+        "tcp_refused_port": p.verify.refused_port,
         "no_ip_sockets": p.verify.no_ip,
     }))
+}
+
+/// `Seccomp_filters` of /proc/self/status: how many filters this thread is under.
+fn filter_count() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The Landlock domain is in force, seen from what it refuses that the outer sandbox allows:
+/// a signal to the launcher (outside the domain: scoped), and a connect to the outer proxy's
+/// port when this layer limits TCP.
+fn verify_landlock(v: &Verify) -> Result<(), StepError> {
+    // SAFETY: getppid cannot fail; kill with signal 0 only checks permission.
+    let r = unsafe { libc::kill(libc::getppid(), 0) };
+    if r == 0 || nix::errno::Errno::last() != nix::errno::Errno::EPERM {
+        return Err(verify_error(
+            "the launcher can still be signalled: the Landlock layer is not in force",
+        ));
+    }
+    if let Some(port) = v.refused_port {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => {}
+            Ok(_) => {
+                return Err(verify_error(&format!(
+                    "127.0.0.1:{port} could be reached: Landlock's TCP rules are not in force"
+                )))
+            }
+            Err(e) => {
+                return Err(verify_error(&format!(
+                    "a connect to 127.0.0.1:{port} gave {e}, not Landlock's EACCES"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 fn verify_error(what: &str) -> StepError {

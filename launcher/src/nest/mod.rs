@@ -264,6 +264,8 @@ fn plan(
                 unwritable_dirs: layout.verify_unwritable_dirs.clone(),
                 unreadable,
                 no_ip: net.no_ip,
+                refused_port: (net.tcp_connect.is_some() && !net.no_ip)
+                    .then_some(crate::proxy::HTTP_PORT),
             },
         },
         register: shim::create_guard::nested::Register { persist },
