@@ -444,3 +444,100 @@ fn a_nested_launch_whose_layers_or_registration_do_not_take_effect_runs_nothing(
         assert!(dir.join("RAN").exists());
     }
 }
+
+#[test]
+fn a_nested_launch_narrows_only_its_own_subtree() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-siblings");
+        let work = dir.mkdir("work");
+        let inner_dir = dir.mkdir("work/inner");
+        let bin = inner_launcher(&dir);
+        // The outer program starts a nested launch confined to `inner/`, and while it runs
+        // writes beside it: the registration holds for the nested program only.
+        let script = format!(
+            "{bin} whole-process --cwd {inner} -- /bin/sh -c 'touch ../from-inner; echo inner=$?; sleep 1' &
+sleep 0.3; touch from-outer; echo outer=$?; wait",
+            bin = bin.display(),
+            inner = inner_dir.display()
+        );
+        let out = integration::sh(caller, &work, &[], &script);
+        assert!(has_line(&out, "outer=0"), "{caller:?}: {}", explain(&out));
+        assert!(!has_line(&out, "inner=0"), "{caller:?}: {}", explain(&out));
+        assert!(work.join("from-outer").exists());
+        assert!(!work.join("from-inner").exists());
+    }
+}
+
+#[test]
+fn an_inner_network_none_reaches_nothing_the_outer_allows() {
+    for caller in CALLERS {
+        let server = HostServer::start();
+        let dir = TempDir::new("nest-net-none");
+        let outer = network_opts(&["allowed.test"]);
+        let script = format!(
+            "{}
+curl -s -o /dev/null --max-time 5 -w 'outer-proxy %{{http_code}}\\n' -x http://127.0.0.1:3128 http://allowed.test:{}/inner-outer-proxy
+true",
+            curl_lines(server.port, &[("allowed.test", "inner-none")]),
+            server.port
+        );
+        let out = nested(
+            caller,
+            &dir,
+            &dir.path,
+            &outer,
+            &["--network", "none"],
+            &script,
+        );
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(
+            !stdout(&out).contains(" 200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        for path in ["/inner-none", "/inner-outer-proxy"] {
+            assert!(!server.saw(path), "{caller:?}: the server got {path}");
+        }
+        // The twin: the outer sandbox alone reaches it.
+        let script = curl_lines(server.port, &[("allowed.test", "outer-twin")]);
+        let out = outer_only(caller, &dir.path, &outer, &script);
+        assert!(
+            has_line(&out, "outer-twin 200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+#[test]
+fn the_inner_tmp_never_reaches_host_trees_the_outer_mounted_below_its_tmp() {
+    let script = "touch /tmp/direct; echo direct=$?
+f=$(mktemp) && echo in-tmpdir > \"$f\" && cat \"$f\"
+case \"$TMPDIR\" in /tmp/.sandbox-launch-nested-*) echo own-tmpdir;; esac";
+    for caller in CALLERS {
+        // The outer sandbox's working directory is under /tmp: the inner /tmp is a directory
+        // of its own there, and /tmp itself (where that tree is mounted) is read-only.
+        let dir = TempDir::new("nest-tmp");
+        let out = nested(caller, &dir, &dir.path, &[], &[], script);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(has_line(&out, "in-tmpdir"), "{caller:?}: {}", explain(&out));
+        assert!(
+            has_line(&out, "own-tmpdir"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!has_line(&out, "direct=0"), "{caller:?}: {}", explain(&out));
+        // The twin: with nothing of the host below the outer /tmp, it is writable as it is.
+        let base = "/var/cache/sandbox-launch-tests";
+        std::fs::create_dir_all(base).unwrap();
+        let dir = TempDir::new_in(base, "nest-tmp");
+        let out = nested(caller, &dir, &dir.path, &[], &[], script);
+        assert!(has_line(&out, "direct=0"), "{caller:?}: {}", explain(&out));
+        assert!(has_line(&out, "in-tmpdir"), "{caller:?}: {}", explain(&out));
+        assert!(
+            !has_line(&out, "own-tmpdir"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}

@@ -24,6 +24,7 @@ mod landlock;
 mod network;
 mod reaper;
 mod register;
+mod tmp;
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
@@ -76,6 +77,8 @@ struct Nested {
     register: shim::create_guard::nested::Register,
     proxy: Option<(crate::proxy::Proxy, Vec<std::os::fd::OwnedFd>)>,
     timeout: Option<std::time::Duration>,
+    /// Private trees replaced by directories of this launcher's (removed at the end).
+    private: Vec<tmp::Replaced>,
     warnings: Vec<String>,
     policy: Policy,
 }
@@ -118,7 +121,10 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
             nested.program.layer
         );
     }
-    match launch(nested, &mut status, args.verbose) {
+    let private = nested.private.clone();
+    let result = launch(nested, &mut status, args.verbose);
+    tmp::remove(&private);
+    match result {
         Ok(code) => code,
         Err(e) => supervisor::fail(&mut status, &e),
     }
@@ -222,12 +228,21 @@ fn plan(
             }
         }
     }
-    let layer = landlock::plan(abi, &layout.landlock, &denied, net.tcp_connect.clone());
+    let mut rules = layout.landlock.clone();
+    let private =
+        tmp::replace(&layout.mounts.ops, &mut rules, &mut env, &mut warnings).map_err(|e| {
+            StepError::new(
+                Step::Mounts,
+                format!("cannot make the nested sandbox's own temporary directory: {e}"),
+                None,
+            )
+        })?;
+    let layer = landlock::plan(abi, &rules, &denied, net.tcp_connect.clone());
 
     let mut persist = layout.persist.clone();
     // Strict in the outer guard: outside these nothing is written. The plan's writable and
     // device paths, and the program's standard descriptors (reopened by name).
-    for r in &layout.landlock {
+    for r in &rules {
         if matches!(r.access, Access::Write | Access::Device) && !persist.roots.contains(&r.path) {
             persist.roots.push(r.path.clone());
         }
@@ -251,6 +266,8 @@ fn plan(
     let mut filters = vec![policy_filter];
     filters.extend(net.filter);
     let unreadable = deny_read.into_iter().filter(|p| p.is_file()).collect();
+    let mut unwritable_dirs = layout.verify_unwritable_dirs.clone();
+    unwritable_dirs.extend(private.iter().map(|r| r.tree.clone()));
     let rlimits = limits::process_limits(&policy.runtime.limits)?.rlimits;
     Ok(Nested {
         program: child::Program {
@@ -261,7 +278,7 @@ fn plan(
             filters,
             rlimits,
             verify: child::Verify {
-                unwritable_dirs: layout.verify_unwritable_dirs.clone(),
+                unwritable_dirs,
                 unreadable,
                 no_ip: net.no_ip,
                 refused_port: (net.tcp_connect.is_some() && !net.no_ip)
@@ -271,6 +288,7 @@ fn plan(
         register: shim::create_guard::nested::Register { persist },
         proxy: net.proxy,
         timeout: policy.runtime.limits.timeout.as_ref().map(|t| t.value),
+        private,
         warnings,
         policy,
     })
