@@ -6,6 +6,7 @@ pub mod control;
 pub mod credentials;
 pub mod doctor;
 pub mod environment;
+pub mod fs_violations;
 pub mod fuzz;
 pub mod idmap;
 pub mod layout;

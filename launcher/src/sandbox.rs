@@ -523,6 +523,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         Ok(c) => limits::Birth::new(c).holding_secrets(prepared.holds_secrets),
         Err(e) => return supervisor::fail(&mut status, &e),
     };
+    let fs_prompts = steering.prompts.clone();
     let live = registration.as_mut().map(|r| {
         let listener = r.listener.take();
         let mut live = control::Live::new(
@@ -555,6 +556,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
                 control::on_demand(listener, watcher, live)
             })
         }),
+        prompts: fs_prompts,
     });
     events.feed().finish(std::time::Duration::from_millis(500));
     drop(registration);

@@ -46,6 +46,28 @@ impl StatusSink {
         self
     }
 
+    /// `status` to `--json-status-fd`, and `event` (not `status`) to the events stream.
+    pub fn emit_split(&mut self, status: Value, event: Value) {
+        self.emit_event(event);
+        self.write_status(&status);
+    }
+
+    /// To the events stream only.
+    pub fn emit_event(&mut self, event: Value) {
+        if let Some(events) = &self.events {
+            events.emit(event);
+        }
+    }
+
+    fn write_status(&mut self, value: &Value) {
+        if let Some(out) = &mut self.out {
+            let mut line = value.to_string();
+            line.push('\n');
+            // A reader that went away must not stop the sandbox.
+            let _ = out.write_all(line.as_bytes());
+        }
+    }
+
     pub fn emit(&mut self, value: Value) {
         if let (Some(events), Value::Object(map)) = (&self.events, &value) {
             let mut event = map.clone();

@@ -3,6 +3,7 @@
 //! signal) and takes the whole PID namespace along.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seccompiler::BpfProgram;
@@ -11,7 +12,9 @@ use shim::channel::{self, FromShim, Step, StepError};
 use shim::init::wait_set;
 use shim::spec::SandboxSpec;
 
+use crate::fs_violations::FsViolations;
 use crate::namespaces::{self, Identity};
+use crate::prompt::Prompts;
 use crate::status::StatusSink;
 
 /// Called with the sockets the shim created inside, and whether transparent egress is up;
@@ -61,6 +64,8 @@ pub struct Launch<'a> {
     pub timeout: Option<Duration>,
     /// Called once the sandbox's init exists.
     pub on_spawn: Option<OnSpawn<'a>>,
+    /// Where filesystem violations are prompted (`--prompts`).
+    pub prompts: Option<Arc<Prompts>>,
 }
 
 /// Report a failure: one line on stderr and a JSON status; returns the exit code.
@@ -90,6 +95,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         around_clone,
         timeout,
         on_spawn,
+        prompts,
     } = launch;
     let launch = Launch {
         spec,
@@ -102,6 +108,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         around_clone,
         timeout,
         on_spawn,
+        prompts,
     };
     match drive(launch) {
         Ok(code) => code,
@@ -186,7 +193,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
         };
         match msg {
             // Only the guard sends these, once the program runs.
-            (FromShim::Refused { .. }, _) => {}
+            (FromShim::Refused { .. } | FromShim::WriteFailed { .. }, _) => {}
             (FromShim::Warning { text }, _) => {
                 eprintln!("sandbox-launch: warning: {text}");
                 launch
@@ -231,29 +238,16 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
         }
     }
-    let verbose = launch.verbose;
-    let status = &mut *launch.status;
-    let mut refused = 0usize;
-    let mut on_refused = |path: String, op: String, surface: String| {
-        refused += 1;
-        if verbose > 0 {
-            eprintln!("sandbox-launch: refused: {op} {path}: {surface}");
-        }
-        status.emit(json!({"status": "refused", "path": path, "op": op, "surface": surface}));
-    };
+    let mut violations =
+        FsViolations::new(&mut *launch.status, launch.verbose, launch.prompts.take());
     let (mut code, timed_out) = forward_until_exit(
         &shim_proc,
         &signals,
         on_demand,
         launch.timeout,
-        &mut on_refused,
+        &mut |msg| violations.report(msg),
     );
-    if refused > 0 && verbose == 0 {
-        eprintln!(
-            "sandbox-launch: {refused} write(s) to paths that would run code outside the sandbox \
-             were refused (-v lists them)"
-        );
-    }
+    violations.finish();
     if timed_out {
         let after = crate::limits::quantity::show_duration(launch.timeout.unwrap_or_default());
         eprintln!("sandbox-launch: the program ran out of time (--timeout {after}) and was stopped, with everything it started");
@@ -338,7 +332,7 @@ fn forward_until_exit(
     signals: &OwnedFd,
     mut pending: Vec<OnDemand>,
     timeout: Option<Duration>,
-    on_refused: &mut dyn FnMut(String, String, String),
+    on_report: &mut dyn FnMut(FromShim),
 ) -> (i32, bool) {
     let pid = shim.pid;
     let mut deadline = timeout.map(|t| Instant::now() + t);
@@ -389,8 +383,8 @@ fn forward_until_exit(
         if fds[1].revents != 0 {
             let code = match channel::recv::<FromShim>(shim.sync.as_raw_fd()) {
                 Ok(Some((FromShim::Exited { code }, _))) => code,
-                Ok(Some((FromShim::Refused { path, op, surface }, _))) => {
-                    on_refused(path, op, surface);
+                Ok(Some((msg @ (FromShim::Refused { .. } | FromShim::WriteFailed { .. }), _))) => {
+                    on_report(msg);
                     continue;
                 }
                 // Gone without a word (killed): its own status says how.

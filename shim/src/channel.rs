@@ -33,6 +33,21 @@ pub enum FromShim {
         path: String,
         op: String,
         surface: String,
+        /// The process that asked (as the sandbox numbers it) and its executable.
+        #[serde(default)]
+        pid: i32,
+        #[serde(default)]
+        exe: Option<String>,
+    },
+    /// A write outside the writable trees failed in the kernel (`errno`: EROFS, EACCES or
+    /// EPERM — a read-only mount, Landlock, the file's mode), reported by the create guard,
+    /// which performed it for the program.
+    WriteFailed {
+        path: String,
+        op: String,
+        errno: i32,
+        pid: i32,
+        exe: Option<String>,
     },
     /// A setup step failed; the target never ran.
     Failed(Failure),

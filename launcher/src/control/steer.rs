@@ -90,14 +90,17 @@ pub fn attach(args: &SandboxArgs, prepared: &mut Prepared, events: &Arc<EventSin
             .prompt_timeout
             .filter(|t| t.is_finite() && *t >= 0.0)
             .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
-        let prompts = Arc::new(Prompts::new(
-            timeout,
-            user_settings,
-            cwd,
-            home,
-            events.clone(),
-            reloader.clone(),
-        ));
+        let prompts = Arc::new(
+            Prompts::new(
+                timeout,
+                user_settings,
+                cwd,
+                home,
+                events.clone(),
+                reloader.clone(),
+            )
+            .with_deny_write(prepared.policy.filesystem.deny_write.clone()),
+        );
         proxy.prompts = Some(prompts.clone());
         let who = args.name.as_deref().unwrap_or("ID");
         s.notes.push(format!(

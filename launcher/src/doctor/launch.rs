@@ -40,6 +40,7 @@ pub fn launch(args: &SandboxArgs) -> Check {
             around_clone: Some(&birth),
             timeout: None,
             on_spawn: None,
+            prompts: None,
         });
         if let Some(c) = birth.cgroups {
             crate::limits::finish_cgroups(c, &mut status);

@@ -111,7 +111,10 @@ fn summary(prompt: &Value, done: &Value) -> String {
     format!(
         "prompt #{} {}: {}{}",
         prompt["id"],
-        prompt["host"].as_str().unwrap_or("?"),
+        prompt["host"]
+            .as_str()
+            .or(prompt["directory"].as_str())
+            .unwrap_or("?"),
         done["answer"].as_str().unwrap_or("?"),
         if did.is_empty() {
             String::new()
@@ -181,6 +184,22 @@ fn show(p: &Value) -> String {
         (Value::String(exe), _) => exe.clone(),
         _ => "a program".into(),
     };
+    if p["kind"] == "filesystem" {
+        let mut out = format!(
+            "\nprompt #{}: {program} could not {} {}{}\n  {}\n",
+            p["id"],
+            p["operation"].as_str().unwrap_or("write"),
+            p["path"].as_str().unwrap_or("?"),
+            if p["organization"] == json!(true) {
+                " (organization policy)"
+            } else {
+                ""
+            },
+            p["reason"].as_str().unwrap_or(""),
+        );
+        out.push_str(&offers(p));
+        return out;
+    }
     let ports: Vec<String> = p["ports"]
         .as_array()
         .map(|a| a.iter().map(Value::to_string).collect())
@@ -201,6 +220,13 @@ fn show(p: &Value) -> String {
         },
         p["reason"].as_str().unwrap_or(""),
     );
+    out.push_str(&offers(p));
+    out
+}
+
+/// The offers of a prompt, numbered, and what happens without an answer.
+fn offers(p: &Value) -> String {
+    let mut out = String::new();
     for (i, o) in p["offers"].as_array().into_iter().flatten().enumerate() {
         out.push_str(&format!(
             "  {}) {}: {}\n",
@@ -209,8 +235,13 @@ fn show(p: &Value) -> String {
             o["does"].as_str().unwrap_or("")
         ));
     }
+    let unanswered = if p["kind"] == "filesystem" {
+        "closed, nothing changed,"
+    } else {
+        "denied"
+    };
     out.push_str(&format!(
-        "  (denied if unanswered within {:.0} s)\nanswer: ",
+        "  ({unanswered} if unanswered within {:.0} s)\nanswer: ",
         p["expires_in"].as_f64().unwrap_or(0.0)
     ));
     out
@@ -254,5 +285,21 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("1) deny: refuse it"), "{text}");
+    }
+
+    #[test]
+    fn a_filesystem_prompt_names_the_program_the_path_and_that_nothing_waits() {
+        let p = json!({"id": 4, "kind": "filesystem", "path": "/srv/data/x",
+            "directory": "/srv/data", "operation": "create",
+            "program": {"exe": "/usr/bin/touch", "pid": 7}, "organization": false,
+            "reason": "read-only in the sandbox: outside the writable trees", "expires_in": 59.0,
+            "offers": [{"answer": "allow-always", "does": "add `/srv/data` to allowWrite"}]});
+        let text = show(&p);
+        assert!(
+            text.contains("prompt #4: /usr/bin/touch (pid 7) could not create /srv/data/x"),
+            "{text}"
+        );
+        assert!(text.contains("1) allow-always: add `/srv/data`"), "{text}");
+        assert!(text.contains("closed, nothing changed,"), "{text}");
     }
 }

@@ -14,6 +14,7 @@
 //! offers nothing but `deny` — "(organization policy)".
 
 pub mod commands;
+pub mod filesystem;
 pub mod gate;
 pub mod jsonc_edit;
 pub mod offer;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, oneshot};
 
+use crate::policy::model::Sourced;
 use crate::proxy::decide::Decision;
 use crate::proxy::events::EventSink;
 use crate::proxy::identify::Program;
@@ -79,6 +81,8 @@ struct Pending {
 struct State {
     next_id: u64,
     pending: Vec<Pending>,
+    /// Filesystem prompts (see [`filesystem`]).
+    fs: Vec<filesystem::FsPending>,
 }
 
 pub struct Prompts {
@@ -92,6 +96,8 @@ pub struct Prompts {
     updates: broadcast::Sender<Value>,
     events: Arc<EventSink>,
     reloader: Arc<Reloader>,
+    /// The launch's `denyWrite` entries: a filesystem prompt never offers to write below one.
+    deny_write: Vec<Sourced<PathBuf>>,
 }
 
 impl Prompts {
@@ -112,7 +118,14 @@ impl Prompts {
             updates: broadcast::channel(256).0,
             events,
             reloader,
+            deny_write: Vec::new(),
         }
+    }
+
+    /// The launch's `denyWrite` entries (for the filesystem prompts' offers).
+    pub fn with_deny_write(mut self, deny_write: Vec<Sourced<PathBuf>>) -> Prompts {
+        self.deny_write = deny_write;
+        self
     }
 
     /// Whether the DNS stub should give a denied name its stand-in, so that the connection to
@@ -240,6 +253,7 @@ impl Prompts {
             let why = format!("no answer to prompt #{} in time: denied", p.id);
             self.close(p, "timeout", "the timeout", Outcome::Denied { why });
         }
+        self.sweep_fs(st);
     }
 
     /// End a prompt: tell its waiters, its followers and the events stream.
@@ -264,7 +278,14 @@ impl Prompts {
     pub fn subscribe(&self) -> (Vec<Value>, broadcast::Receiver<Value>) {
         let mut st = self.lock();
         self.sweep(&mut st);
-        let open = st.pending.iter().map(|p| self.describe(p)).collect();
+        let mut open: Vec<(u64, Value)> = st
+            .pending
+            .iter()
+            .map(|p| (p.id, self.describe(p)))
+            .chain(st.fs.iter().map(|p| (p.id, self.describe_fs(p))))
+            .collect();
+        open.sort_by_key(|(id, _)| *id);
+        let open = open.into_iter().map(|(_, v)| v).collect();
         (open, self.updates.subscribe())
     }
 
@@ -277,7 +298,7 @@ impl Prompts {
             .iter()
             .map(|p| p.waiters.iter().filter(|w| !w.is_closed()).count())
             .sum();
-        (st.pending.len(), waiting)
+        (st.pending.len() + st.fs.len(), waiting)
     }
 
     /// Answer prompt `id` (or the oldest open one); `by` says who answered (for the events).
@@ -286,6 +307,16 @@ impl Prompts {
         let (id, host, offer) = {
             let mut st = self.lock();
             self.sweep(&mut st);
+            // The oldest open prompt, of either kind, when none is named.
+            let id = id.or_else(|| {
+                let net = st.pending.first().map(|p| p.id);
+                let fs = st.fs.first().map(|p| p.id);
+                net.into_iter().chain(fs).min()
+            });
+            if let Some(fs) = id.filter(|id| st.fs.iter().any(|p| p.id == *id)) {
+                drop(st);
+                return self.answer_fs(fs, answer, by);
+            }
             let p = match id {
                 Some(id) => st.pending.iter().find(|p| p.id == id),
                 None => st.pending.first(),
@@ -446,6 +477,7 @@ impl Prompts {
             .collect();
         json!({
             "id": p.id,
+            "kind": "network",
             "host": host.to_string(),
             "ports": p.ports.iter().filter(|&&x| x != 0).collect::<Vec<_>>(),
             "protocols": p.protocols,

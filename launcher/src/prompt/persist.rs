@@ -25,29 +25,36 @@ pub enum Written {
 
 /// Where a list lives in the file's format: inside `sandbox` (agent settings) or at the top
 /// (sandbox-runtime settings).
-fn list_path(text: &str, list: &'static str) -> Vec<&'static str> {
+fn list_path(text: &str, section: &'static str, list: &'static str) -> Vec<&'static str> {
     let plain = crate::policy::jsonc::strip(text);
     let runtime = serde_json::from_str::<serde_json::Value>(&plain).is_ok_and(|v| {
         v.get("sandbox").is_none() && (v.get("network").is_some() || v.get("filesystem").is_some())
     });
     if runtime {
-        vec!["network", list]
+        vec![section, list]
     } else {
-        vec!["sandbox", "network", list]
+        vec!["sandbox", section, list]
     }
 }
 
 /// Add `domain` to `allowedDomains`.
 pub fn allow_domain(file: &Path, domain: &str, cwd: &Path, home: &Path) -> Result<Written> {
     edit(file, cwd, home, |text| {
-        jsonc_edit::add_to_list(text, &list_path(text, "allowedDomains"), domain)
+        jsonc_edit::add_to_list(text, &list_path(text, "network", "allowedDomains"), domain)
+    })
+}
+
+/// Add `dir` to `filesystem.allowWrite` (for the next launch).
+pub fn allow_write(file: &Path, dir: &str, cwd: &Path, home: &Path) -> Result<Written> {
+    edit(file, cwd, home, |text| {
+        jsonc_edit::add_to_list(text, &list_path(text, "filesystem", "allowWrite"), dir)
     })
 }
 
 /// Remove `entries` from `deniedDomains`.
 pub fn remove_denied(file: &Path, entries: &[String], cwd: &Path, home: &Path) -> Result<Written> {
     edit(file, cwd, home, |text| {
-        jsonc_edit::remove_from_list(text, &list_path(text, "deniedDomains"), entries)
+        jsonc_edit::remove_from_list(text, &list_path(text, "network", "deniedDomains"), entries)
     })
 }
 

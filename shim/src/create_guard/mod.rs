@@ -31,18 +31,18 @@ mod filter;
 mod listener;
 pub mod nested;
 mod perform;
+mod report;
 mod resolve;
 pub mod rules;
 mod target;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::Path;
 use std::sync::{mpsc, Arc};
 
 use nix::errno::Errno;
 use seccompiler::BpfProgram;
 
-use crate::channel::{FromShim, Step, StepError};
+use crate::channel::{Step, StepError};
 use crate::spec::PersistSpec;
 use answer::{answer, answer_fd_pinned, Answer, Pin};
 use decode::decode;
@@ -67,6 +67,10 @@ pub struct Handler {
     /// Nested sandboxes' registrations (see `nested`), and those that hold the asking task.
     nests: Option<Arc<nested::Registry>>,
     nested: std::cell::RefCell<Vec<Arc<nested::Entry>>>,
+    /// The thread whose notification is being served (for reports).
+    asking: std::cell::Cell<libc::pid_t>,
+    /// How many refusals were reported (a refusal's EPERM is not reported again as a failure).
+    refusals: std::cell::Cell<u64>,
 }
 
 impl Handler {
@@ -100,6 +104,8 @@ impl Handler {
             current: Default::default(),
             nests,
             nested: Default::default(),
+            asking: Default::default(),
+            refusals: Default::default(),
         }
     }
 
@@ -155,19 +161,6 @@ impl Handler {
         unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLHUP != 0 }
     }
 
-    /// A refusal, for the supervisor; dropped when its socket is full (a flood of refusals
-    /// must not stall the guard).
-    fn report(&self, path: &Path, op: &str, surface: String) {
-        if let Some(fd) = &self.events {
-            let msg = FromShim::Refused {
-                path: path.display().to_string(),
-                op: op.to_string(),
-                surface,
-            };
-            crate::channel::try_send(fd.as_raw_fd(), &msg);
-        }
-    }
-
     fn id_valid(&self, id: u64) -> bool {
         // SAFETY: ioctl with a pointer to a u64.
         unsafe { libc::ioctl(self.fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &id) == 0 }
@@ -175,6 +168,7 @@ impl Handler {
 
     fn serve(&self, n: &libc::seccomp_notif) -> Result<Answer, Errno> {
         let tid = n.pid as libc::pid_t;
+        self.asking.set(tid);
         if n.data.nr as libc::c_long == libc::SYS_umask {
             // umask has no pointer argument, so letting the kernel run it is safe.
             self.targets.set_umask(tid, n.data.args[0] as libc::mode_t);

@@ -266,3 +266,8 @@ pub(super) fn controlling_tty(tid: libc::pid_t) -> Option<u64> {
         .ok()
         .map(|n| n as u64)
 }
+
+/// Where the magic link `/proc/TID/LINK` (`exe`, `cwd`, `fd/N`) points, for reports.
+pub(super) fn read_link(tid: libc::pid_t, link: &str) -> Option<std::path::PathBuf> {
+    with_ptrace(|| std::fs::read_link(format!("/proc/{tid}/{link}"))).ok()
+}

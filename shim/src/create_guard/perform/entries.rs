@@ -176,7 +176,7 @@ impl Handler {
 
 impl Handler {
     fn refuse_rename(&self, to: &Place, why: &str) -> Errno {
-        self.report(&to.full, "rename onto", why.to_string());
+        self.report_refusal(&to.full, "rename onto", why.to_string());
         Errno::EPERM
     }
 }

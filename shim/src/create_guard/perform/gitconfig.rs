@@ -53,7 +53,7 @@ fn read_small(dir: &OwnedFd, name: &CString) -> Result<Option<(Vec<u8>, u32)>, E
 impl Handler {
     pub(super) fn replace_git_config(&self, from: &Place, to: &Place) -> Result<Answer, Errno> {
         let refuse = |why: String| {
-            self.report(&to.full, "rename onto", why);
+            self.report_refusal(&to.full, "rename onto", why);
             Errno::EPERM
         };
         let Some((new, mode)) = read_small(&from.dir, &from.name)? else {

@@ -13,6 +13,7 @@ use nix::errno::Errno;
 
 use super::answer::Answer;
 use super::decode::Request;
+use super::report::{is_violation, Attempt};
 use super::rules::{Op, Verdict};
 use super::Handler;
 
@@ -74,10 +75,24 @@ impl Handler {
             Op::RenameTo { path, .. } => (path, "rename onto"),
             Op::Write { path } => (path, "write"),
         };
-        self.report(path, what, surface);
+        self.report_refusal(path, what, surface);
     }
 
+    /// Perform `r`; a failure outside the writable trees that the sandbox's limits caused
+    /// (not a refusal, which is reported already) is reported too.
     pub(super) fn perform(&self, tid: libc::pid_t, r: Request) -> Result<Answer, Errno> {
+        let attempt = Attempt::of(&r);
+        let refusals = self.refusals.get();
+        let outcome = self.perform_request(tid, r);
+        if let (Err(e), Some(attempt)) = (&outcome, &attempt) {
+            if is_violation(*e) && self.refusals.get() == refusals {
+                self.report_failure(tid, attempt, *e);
+            }
+        }
+        outcome
+    }
+
+    fn perform_request(&self, tid: libc::pid_t, r: Request) -> Result<Answer, Errno> {
         let who = self.targets.asker(tid);
         match r {
             Request::Open {
