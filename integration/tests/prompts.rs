@@ -333,7 +333,7 @@ fn deny_and_timeout_refuse_and_non_interactive_refuses_at_once() {
             let (code, ms) = result(&stdout(&out), &format!("/{path}"));
             assert_eq!(code, "403", "{caller:?}: {}", explain(&out));
             eprintln!("{caller:?} {opts:?}: denied in {ms} ms (curl's whole request)");
-            assert!(ms < 2_000, "{caller:?} {opts:?}: took {ms} ms");
+            assert!(ms < 1_000, "{caller:?} {opts:?}: took {ms} ms");
         }
     }
 }
