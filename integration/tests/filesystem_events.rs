@@ -152,6 +152,9 @@ fn allow_always_for_a_failed_write_adds_its_directory_to_allow_write_for_the_nex
                 .contains("from the next launch on"),
             "{reply}"
         );
+        // `ps` counts the violation.
+        let row = listed(caller, &work.path, "fsprompt");
+        assert_eq!(row["denied"]["writes"], 1, "{caller:?}: {row}");
         std::fs::write(work.join("answered"), "").unwrap();
         let out = sb.finish(Duration::from_secs(60));
         let text = stdout(&out);

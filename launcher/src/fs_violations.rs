@@ -44,6 +44,9 @@ impl<'a> FsViolations<'a> {
 
     /// One report of the guard's (other messages are ignored).
     pub fn report(&mut self, msg: FromShim) {
+        if let Some(events) = self.status.events() {
+            events.feed().count_write();
+        }
         match msg {
             FromShim::Refused {
                 path,

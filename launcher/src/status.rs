@@ -52,6 +52,11 @@ impl StatusSink {
         self.write_status(&status);
     }
 
+    /// The events stream, if there is one.
+    pub fn events(&self) -> Option<&Arc<EventSink>> {
+        self.events.as_ref()
+    }
+
     /// To the events stream only.
     pub fn emit_event(&mut self, event: Value) {
         if let Some(events) = &self.events {

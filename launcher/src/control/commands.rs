@@ -34,13 +34,13 @@ pub fn ps(as_json: bool) -> i32 {
         return 0;
     }
     println!(
-        "{:<8}  {:<12}  {:>7}  {:>8}  {:<13}  {:<10}  {:>7}  {:>6}  PROGRAM",
-        "ID", "NAME", "PID", "UPTIME", "MODE", "NETWORK", "PROMPTS", "DENIED"
+        "{:<8}  {:<12}  {:>7}  {:>8}  {:<13}  {:<10}  {:>7}  {:>6}  {:>6}  PROGRAM",
+        "ID", "NAME", "PID", "UPTIME", "MODE", "NETWORK", "PROMPTS", "DENIED", "WRITES"
     );
     for f in &found {
         match f {
             Found::Running { status: s, .. } => println!(
-                "{:<8}  {:<12}  {:>7}  {:>8}  {:<13}  {:<10}  {:>7}  {:>6}  {}",
+                "{:<8}  {:<12}  {:>7}  {:>8}  {:<13}  {:<10}  {:>7}  {:>6}  {:>6}  {}",
                 s["id"].as_str().unwrap_or("?"),
                 s["name"].as_str().unwrap_or("-"),
                 s["pid"].as_u64().unwrap_or(0),
@@ -49,6 +49,7 @@ pub fn ps(as_json: bool) -> i32 {
                 s["network"].as_str().unwrap_or("?"),
                 s["prompts"]["pending"].as_u64().unwrap_or(0),
                 s["denied"]["total"].as_u64().unwrap_or(0),
+                s["denied"]["writes"].as_u64().unwrap_or(0),
                 program(&s["program"]),
             ),
             Found::Unresponsive { socket } => {

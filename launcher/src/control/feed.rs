@@ -27,6 +27,8 @@ struct State {
     recent: VecDeque<Arc<str>>,
     denied: BTreeMap<String, u64>,
     denied_total: u64,
+    /// Filesystem violations (writes refused, or failed outside the writable trees).
+    writes: u64,
 }
 
 impl Default for Feed {
@@ -50,6 +52,8 @@ pub struct Tally {
     pub total: u64,
     /// Host -> count, most denied first (ties by name).
     pub hosts: Vec<(String, u64)>,
+    /// Filesystem violations.
+    pub writes: u64,
 }
 
 impl Feed {
@@ -107,6 +111,13 @@ impl Feed {
         }
     }
 
+    /// One filesystem violation.
+    pub fn count_write(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.writes += 1;
+        }
+    }
+
     pub fn tally(&self) -> Tally {
         let Ok(s) = self.state.lock() else {
             return Tally::default();
@@ -116,6 +127,7 @@ impl Feed {
         Tally {
             total: s.denied_total,
             hosts,
+            writes: s.writes,
         }
     }
 }

@@ -183,6 +183,7 @@ impl Live {
             "denied": {
                 "total": tally.total,
                 "hosts": tally.hosts.iter().map(|(h, n)| json!({"host": h, "count": n})).collect::<Vec<_>>(),
+                "writes": tally.writes,
             },
         })
     }
