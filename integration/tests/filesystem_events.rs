@@ -218,3 +218,74 @@ fn allow_always_for_a_failed_write_adds_its_directory_to_allow_write_for_the_nex
         wait_for_file(&other.join("next"));
     }
 }
+
+#[test]
+fn a_script_answering_allow_once_passes_a_filesystem_prompt_by_for_the_network_one() {
+    let server = integration::net::HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("fsonce");
+        let config = TempDir::new("fsonce-cfg");
+        let other = test_dir("fsonce-other");
+        // The failed write comes first: its prompt is open when the request's opens.
+        let script = format!(
+            "touch {}/x 2>/dev/null; echo touch=$?\n\
+             echo code=$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 30 http://registry.pkg.test:{}/once)\n",
+            other.path.display(),
+            server.port
+        );
+        let sb = Running::start_env(
+            caller,
+            &work.path,
+            "fsonce",
+            &[
+                "--prompts",
+                "--resolve",
+                "registry.pkg.test:127.0.0.1",
+                "--events",
+                "events.jsonl",
+            ],
+            &script,
+            &[("XDG_CONFIG_HOME", Some(&config.path))],
+        );
+        listed(caller, &work.path, "fsonce");
+        let a = ctl(
+            caller,
+            &work.path,
+            &[
+                "prompt",
+                "fsonce",
+                "--answer",
+                "allow-once",
+                "--timeout",
+                "30",
+                "--json",
+            ],
+        );
+        assert!(a.status.success(), "{caller:?}: {}", explain(&a));
+        let reply: Value = serde_json::from_slice(&a.stdout).unwrap();
+        assert_eq!(reply["host"], "registry.pkg.test", "{reply}");
+        let out = sb.finish(Duration::from_secs(60));
+        let text = stdout(&out);
+        assert_eq!(
+            field(&text, "touch"),
+            Some("1"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            field(&text, "code"),
+            Some("200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(server.saw("/once"));
+        let kinds: Vec<Value> = integration::net::events(&work.join("events.jsonl"))
+            .into_iter()
+            .filter(|e| e["event"] == "prompt")
+            .map(|e| e["prompt"]["kind"].clone())
+            .collect();
+        assert_eq!(kinds, ["filesystem", "network"], "{caller:?}");
+        // Nothing was written to the user's settings.
+        assert!(!config.join("sandbox-launch/settings.json").exists());
+    }
+}

@@ -86,7 +86,7 @@ pub fn answer_next(target: Option<&str>, answer: &str, timeout: Option<f64>, as_
                 })?,
                 None => updates.recv().map_err(|_| anyhow!("the sandbox ended"))?,
             };
-            if line.get("prompt").is_some() {
+            if line.get("prompt").is_some_and(|p| fits(p, answer)) {
                 break line["prompt"].clone();
             }
         };
@@ -104,6 +104,15 @@ pub fn answer_next(target: Option<&str>, answer: &str, timeout: Option<f64>, as_
         eprintln!("sandbox-launch: {e:#}");
         1
     })
+}
+
+/// Whether `answer` is meant for prompts of this kind: a filesystem prompt never offers
+/// `allow-once` or `remove-from-deny-list` (nothing waits on it), so a script that answers
+/// network prompts that way lets it be. Every other mismatch is the sandbox's to refuse (an
+/// organisation's deny says why).
+fn fits(prompt: &Value, answer: Answer) -> bool {
+    prompt["kind"] != "filesystem"
+        || !matches!(answer, Answer::AllowOnce | Answer::RemoveFromDenyList)
 }
 
 fn summary(prompt: &Value, done: &Value) -> String {
@@ -285,6 +294,16 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("1) deny: refuse it"), "{text}");
+    }
+
+    #[test]
+    fn a_script_answering_allow_once_leaves_filesystem_prompts_alone() {
+        let fs = json!({"kind": "filesystem"});
+        let net = json!({"kind": "network"});
+        assert!(!fits(&fs, Answer::AllowOnce));
+        assert!(!fits(&fs, Answer::RemoveFromDenyList));
+        assert!(fits(&fs, Answer::AllowAlways) && fits(&fs, Answer::Deny));
+        assert!(fits(&net, Answer::AllowOnce));
     }
 
     #[test]
