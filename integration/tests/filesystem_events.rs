@@ -229,6 +229,7 @@ fn a_script_answering_allow_once_passes_a_filesystem_prompt_by_for_the_network_o
         // The failed write comes first: its prompt is open when the request's opens.
         let script = format!(
             "touch {}/x 2>/dev/null; echo touch=$?\n\
+             while [ ! -e go ]; do sleep 0.05; done\n\
              echo code=$(curl -s -o /dev/null -w '%{{http_code}}' --max-time 30 http://registry.pkg.test:{}/once)\n",
             other.path.display(),
             server.port
@@ -247,7 +248,16 @@ fn a_script_answering_allow_once_passes_a_filesystem_prompt_by_for_the_network_o
             &script,
             &[("XDG_CONFIG_HOME", Some(&config.path))],
         );
-        listed(caller, &work.path, "fsonce");
+        // The filesystem prompt is open before the request is made.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while listed(caller, &work.path, "fsonce")["prompts"]["pending"] != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{caller:?}: no prompt"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::write(work.join("go"), "").unwrap();
         let a = ctl(
             caller,
             &work.path,
