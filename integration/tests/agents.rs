@@ -213,6 +213,11 @@ fn an_agent_completes_a_sandboxed_tool_call(agent: Agent, callers: &[Caller], ve
         let f = Fixture::new("agent");
         let mock = MockModel::start(run_once(f.probe(agent)));
         let session = f.session(agent, caller, &mock);
+        let as_root = caller == Caller::Invoker && is_root();
+        if as_root {
+            // Like root's /root: root's, mode 0700.
+            root_owns(&f.home.path);
+        }
         let config = f.home.join(agent.config_file());
         let config_before = std::fs::read(&config).ok();
         let out = session.run("run the probe");
@@ -233,11 +238,22 @@ fn an_agent_completes_a_sandboxed_tool_call(agent: Agent, callers: &[Caller], ve
             "{context}"
         );
         assert_eq!(std::fs::read(&config).ok(), config_before, "{context}");
-        if field(&result.output, "home") == f.home.path.to_str() {
+        // HOME inside is the test's, as root too (it holds the agent's state directory).
+        assert_eq!(
+            field(&result.output, "home"),
+            f.home.path.to_str(),
+            "{context}"
+        );
+        assert!(
+            !agent.transcripts(&f.home.path).is_empty(),
+            "no session transcript under HOME/{} on the host\n{context}",
+            agent.transcripts_dir()
+        );
+        if as_root {
+            let strays = not_owned_by(&f.home.path, 0);
             assert!(
-                !agent.transcripts(&f.home.path).is_empty(),
-                "no session transcript under HOME/{} on the host\n{context}",
-                agent.transcripts_dir()
+                strays.is_empty(),
+                "not root's on the host: {strays:?}\n{context}"
             );
         }
         let denied = assert_only_the_mock_was_reached(&f, &context);
@@ -418,4 +434,55 @@ fn a_claude_code_subagent_runs_its_commands_inside_the_sandbox() {
         let result = probe_result(&mock, &out);
         assert_probe_ran_inside(&f, caller, &result.output, &context);
     }
+}
+
+/// Started by root (a container entrypoint), codex finds its configuration and keeps its state
+/// in the caller's HOME (root's, 0700), which stays root's on the host.
+#[test]
+fn codex_started_by_root_runs_its_shell_tool_inside_the_sandbox() {
+    an_agent_completes_a_sandboxed_tool_call(Agent::Codex, &[Caller::Invoker], "chatgpt.com");
+}
+
+/// Started by root, droid finds its `customModels` and keeps its sessions in the caller's HOME
+/// (root's, 0700), which stays root's on the host.
+#[test]
+fn droid_started_by_root_runs_its_shell_tool_inside_the_sandbox() {
+    an_agent_completes_a_sandboxed_tool_call(Agent::Droid, &[Caller::Invoker], "api.factory.ai");
+}
+
+/// Give `dir` and everything below it to root, mode 0700 at the top (like /root).
+fn root_owns(dir: &std::path::Path) {
+    let s = std::process::Command::new("chown")
+        .args(["-R", "0:0"])
+        .arg(dir)
+        .status()
+        .expect("chown");
+    assert!(s.success());
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("chmod");
+}
+
+/// Every path below `dir` (itself included) whose owner is not `uid`.
+fn not_owned_by(dir: &std::path::Path, uid: u32) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.uid() != uid {
+            out.push(p.clone());
+        }
+        if meta.is_dir() {
+            todo.extend(
+                std::fs::read_dir(&p)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    out
 }

@@ -120,6 +120,7 @@ fn the_unprivileged_twin_commits_in_its_own_repository() {
 
 #[test]
 fn home_is_the_callers_when_writable_and_else_the_sandbox_users() {
+    // (A home that holds writable trees: `a_root_home_holding_agent_state_is_home_inside...`.)
     assert!(is_root(), "started-as-root tests need root");
     let work = root_owned("root-home");
     // The harness sets HOME to the working directory: writable, so it stays.
@@ -137,7 +138,9 @@ fn home_is_the_callers_when_writable_and_else_the_sandbox_users() {
     );
     assert!(stderr(&out).contains("HOME inside: ") && stderr(&out).contains("the caller's"));
     assert_eq!(std::fs::metadata(work.join("note")).unwrap().uid(), 0);
-    // A HOME outside every writable tree: the sandbox user's own (nobody's, from /etc/passwd).
+    // A HOME with no writable tree in it (no agent's state, the working directory elsewhere):
+    // the sandbox user's own (nobody's, from /etc/passwd).
+    let bare = root_owned("root-bare-home");
     let out = command(
         Caller::Invoker,
         &work.path,
@@ -152,7 +155,7 @@ fn home_is_the_callers_when_writable_and_else_the_sandbox_users() {
             "echo \"home=$HOME\"",
         ],
     )
-    .env("HOME", "/root")
+    .env("HOME", &bare.path)
     .output()
     .unwrap();
     let nobody_home = std::fs::read_to_string("/etc/passwd")
@@ -387,4 +390,185 @@ fn root_with_cap_sys_admin_but_no_user_namespaces_builds_every_other_layer() {
     );
     assert_eq!(out.status.code(), Some(112), "{}", explain(&out));
     assert!(!work.join("marker").exists(), "{}", explain(&out));
+}
+
+/// Like root's `/root`: mode 0700, owned by root, with an agent's state directory, a key, a
+/// readable file and one passed to `--deny-read`; a project below it, root's too.
+fn root_home(tag: &str) -> TempDir {
+    let home = root_owned(tag);
+    for d in [".factory", ".ssh", "proj"] {
+        std::fs::create_dir(home.join(d)).unwrap();
+    }
+    std::fs::write(home.join(".ssh/id_ed25519"), "KEY-c41d\n").unwrap();
+    std::fs::write(home.join("public"), "PUBLIC-9e0a\n").unwrap();
+    std::fs::write(home.join("denied"), "DENIED-77b3\n").unwrap();
+    std::fs::set_permissions(
+        &home.path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    home
+}
+
+const IN_HOME: &str = r#"echo "home=$HOME"; cat "$HOME/public"; cat "$HOME/denied";
+mkdir -p "$HOME/.factory/sessions" && echo s > "$HOME/.factory/sessions/s.jsonl" && echo state=written
+echo x > "$HOME/planted" 2>/dev/null && echo HOME-WRITTEN
+echo '{}' > "$HOME/.factory/settings.json" 2>/dev/null && echo SETTINGS-WRITTEN
+echo p > made-in-proj && echo proj=written
+echo c > "$HOME/.codex/history.jsonl" && echo codex=written"#;
+
+#[test]
+fn a_root_home_holding_agent_state_is_home_inside_read_only_and_its_files_stay_roots() {
+    // HOME=/root-like (0700) holds ~/.factory (an agent's state: writable by default): it is
+    // HOME inside, readable through a read-only view mapped to nobody, the state directory and
+    // the project are writable, and everything written there stays root's on the host.
+    assert!(is_root(), "started-as-root tests need root");
+    let home = root_home("root-0700-home");
+    // A second state directory that is the sandbox user's already (no idmapping for it, but
+    // reachable only through the home).
+    std::fs::create_dir(home.join(".codex")).unwrap();
+    chown_tree(&home.join(".codex"), NOBODY);
+    let proj = home.join("proj");
+    let denied = home.join("denied");
+    let out = command(
+        Caller::Invoker,
+        &proj,
+        &[
+            "whole-process",
+            "-v",
+            "--network",
+            "none",
+            "--deny-read",
+            denied.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            IN_HOME,
+        ],
+    )
+    .env("HOME", &home.path)
+    .output()
+    .unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert!(
+        text.contains(&format!("home={}\n", home.path.display())),
+        "{}",
+        explain(&out)
+    );
+    assert!(
+        stderr(&out).contains("the caller's") && stderr(&out).contains("read-only"),
+        "{}",
+        explain(&out)
+    );
+    assert!(text.contains("PUBLIC-9e0a"), "{}", explain(&out));
+    assert!(
+        !text.contains("DENIED-77b3"),
+        "--deny-read was read: {}",
+        explain(&out)
+    );
+    assert!(
+        text.contains("state=written")
+            && text.contains("proj=written")
+            && text.contains("codex=written"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!text.contains("HOME-WRITTEN"), "{}", explain(&out));
+    assert!(!text.contains("SETTINGS-WRITTEN"), "{}", explain(&out));
+    // On the host: written where it may be, owned by root; nothing else.
+    assert!(home.join(".factory/sessions/s.jsonl").exists());
+    assert!(proj.join("made-in-proj").exists());
+    assert!(!home.join("planted").exists());
+    assert!(!home.join(".factory/settings.json").exists());
+    assert_eq!(
+        std::fs::metadata(home.join(".codex/history.jsonl"))
+            .unwrap()
+            .uid(),
+        NOBODY
+    );
+    std::fs::remove_dir_all(home.join(".codex")).unwrap();
+    let strays = not_owned_by(&home.path, 0);
+    assert!(strays.is_empty(), "not root's on the host: {strays:?}");
+    assert_eq!(
+        std::fs::metadata(&home.path).unwrap().mode() & 0o7777,
+        0o700
+    );
+    // `check` says the same.
+    let out = command(Caller::Invoker, &proj, &["check"])
+        .env("HOME", &home.path)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains(&format!(
+            "HOME inside: {} (the caller's",
+            home.path.display()
+        )),
+        "{}",
+        explain(&out)
+    );
+}
+
+#[test]
+fn a_home_that_cannot_be_mapped_is_left_out_with_a_warning_or_refused_for_an_agent_needing_it() {
+    // The kernel refuses to idmap (a filesystem that cannot be, no user namespace): a shell
+    // runs with the sandbox user's HOME and is told why; droid (which dies without its state
+    // directory) is refused with the cause and the fix; without the fault, HOME is the caller's.
+    assert!(is_root(), "started-as-root tests need root");
+    let home = root_home("root-home-nomap");
+    let work = TempDir::new_in("/var/tmp", "nomap-work");
+    let droid = work.write(
+        "droid",
+        "#!/bin/sh\necho \"home=$HOME\"; echo ran > \"$HOME/.factory/marker\"\n",
+    );
+    std::fs::set_permissions(&droid, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE).to_string();
+    let einval = format!("mount_setattr:{flags}=EINVAL");
+    let launcher = launcher().to_str().unwrap().to_string();
+    let run = |faults: &[&str], program: &[&str]| {
+        let mut args: Vec<&str> = faults.to_vec();
+        args.extend_from_slice(&[&launcher, "whole-process", "-v", "--network", "none", "--"]);
+        args.extend_from_slice(program);
+        command_with(fault_inject(), Caller::Invoker, &work.path, &args)
+            .env("HOME", &home.path)
+            .output()
+            .unwrap()
+    };
+    let shell: &[&str] = &["/bin/sh", "-c", "echo \"home=$HOME\""];
+    let out = run(&["--errno-if-arg2", &einval, "--"], shell);
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert!(
+        !stdout(&out).contains(home.path.to_str().unwrap()),
+        "{}",
+        explain(&out)
+    );
+    assert!(
+        stderr(&out).contains("cannot be mapped") && stderr(&out).contains("cannot be idmapped"),
+        "{}",
+        explain(&out)
+    );
+    let droid = droid.to_str().unwrap();
+    let out = run(&["--errno-if-arg2", &einval, "--"], &[droid]);
+    assert_eq!(out.status.code(), Some(113), "{}", explain(&out));
+    assert!(
+        stderr(&out).contains("droid keeps its state") && stderr(&out).contains("--user"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!home.join(".factory/marker").exists());
+    // The twin: no fault, droid's HOME is the caller's and its state directory is written,
+    // root's on the host.
+    let out = run(&["--"], &[droid]);
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert!(
+        stdout(&out).contains(&format!("home={}", home.path.display())),
+        "{}",
+        explain(&out)
+    );
+    assert_eq!(
+        std::fs::metadata(home.join(".factory/marker"))
+            .unwrap()
+            .uid(),
+        0
+    );
 }

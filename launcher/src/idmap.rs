@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use shim::channel::{Step, StepError};
 use shim::spec::Attach;
-use shim::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID};
+use shim::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
 use crate::namespaces::Identity;
 
@@ -37,8 +37,7 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
     for tree in trees {
         let meta = std::fs::metadata(tree)
             .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
-        let owner = (meta.uid(), meta.gid());
-        if owner.0 == id.uid {
+        if meta.uid() == id.uid {
             continue;
         }
         let refused = |what: String, why: &str| {
@@ -48,41 +47,154 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
                     "cannot make {} (owned by uid {}) writable for the sandbox's user {user} \
                      (uid {}) while its files keep their owner: {what}",
                     tree.display(),
-                    owner.0,
+                    meta.uid(),
                     id.uid
                 ),
-                Some(&fix(tree, why, owner, id)),
+                Some(&fix(tree, why, (meta.uid(), meta.gid()), id)),
             )
         };
-        let index = match namespaces.iter().position(|(o, _)| *o == owner) {
-            Some(i) => i,
-            None => {
-                let fd = mapping_namespace(owner, (id.uid, id.gid)).map_err(|e| {
-                    refused(
-                        e.to_string(),
-                        "no user namespace can be made here, and an idmapping is defined by one",
-                    )
-                })?;
-                namespaces.push((owner, fd));
-                namespaces.len() - 1
-            }
-        };
-        let userns = &namespaces[index].1;
-        let fd = sys::open_tree_clone(tree).map_err(|e| refused(e.to_string(), why(e.errno)))?;
-        sys::mount_setattr_idmap(
-            fd.as_fd(),
-            userns.as_fd(),
-            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        idmapped(tree, &meta, id, 0, &mut namespaces, &mut out, refused)?;
+    }
+    Ok(out)
+}
+
+/// Prepare a read-only view of the caller's home `home`, idmapped so that its owner reads as
+/// the sandbox's user: the way through it to the writable trees it holds, when its mode lets
+/// nobody else through (root's `/root`). Appended to `out`, before the trees inside it.
+///
+/// A writable tree inside it that the sandbox's user owns already needs no idmapping, but the
+/// shim could not reach it on the host through the home: it is cloned here too, as it is.
+pub fn prepare_view(
+    home: &Path,
+    trees: &[PathBuf],
+    id: Identity,
+    user: &str,
+    out: &mut Attached,
+) -> Result<(), StepError> {
+    let inside: Vec<&PathBuf> = trees.iter().filter(|t| t.starts_with(home)).collect();
+    let holds = inside
+        .iter()
+        .map(|t| t.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let meta = std::fs::metadata(home)
+        .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", home.display()), None))?;
+    let refused = |what: String, why: &str| {
+        StepError::new(
+            Step::Mounts,
+            format!(
+                "HOME {} (owned by uid {}, mode {:04o}) holds the writable trees {holds}, but the \
+                 sandbox's user {user} (uid {}) cannot go through it, and a read-only view of it \
+                 mapped to that user cannot be made: {what}",
+                home.display(),
+                meta.uid(),
+                meta.mode() & 0o7777,
+                id.uid
+            ),
+            Some(&format!(
+                "{why}; instead let it through (chmod o+x {0}), start sandbox-launch with HOME \
+                 set to another directory (the agents' state in {0} is then not used), or start it \
+                 as {0}'s owner rather than as root",
+                home.display()
+            )),
         )
-        .map_err(|e| refused(e.to_string(), why(e.errno)))?;
-        out.attach.push(Attach {
+    };
+    let mut namespaces = Vec::new();
+    let mut view = Attached::default();
+    idmapped(
+        home,
+        &meta,
+        id,
+        MOUNT_ATTR_RDONLY,
+        &mut namespaces,
+        &mut view,
+        refused,
+    )?;
+    // The view goes first: the trees inside it are attached on top of it.
+    for a in &mut view.attach {
+        a.read_only = true;
+    }
+    for tree in inside {
+        if out.attach.iter().any(|a| a.target == *tree) {
+            continue;
+        }
+        let meta = std::fs::metadata(tree)
+            .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
+        let fd = sys::open_tree_clone(tree)
+            .and_then(|fd| {
+                sys::mount_setattr_tree(fd.as_fd(), MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
+                Ok(fd)
+            })
+            .map_err(|e| refused(e.to_string(), why(e.errno)))?;
+        view.attach.push(Attach {
             target: tree.clone(),
             fd: fd.as_raw_fd(),
             dir: meta.is_dir(),
+            read_only: false,
         });
-        out.fds.push(fd);
+        view.fds.push(fd);
     }
-    Ok(out)
+    view.attach.append(&mut out.attach);
+    view.fds.append(&mut out.fds);
+    *out = view;
+    Ok(())
+}
+
+/// Whether `tree` can be idmapped (its owner → the sandbox's user) here: a detached clone is
+/// made and dropped. `Err`: what failed and why, in words.
+pub fn probe(tree: &Path, id: Identity) -> Result<(), String> {
+    let meta = std::fs::metadata(tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+    if meta.uid() == id.uid {
+        return Ok(());
+    }
+    let ns = mapping_namespace((meta.uid(), meta.gid()), (id.uid, id.gid)).map_err(|e| {
+        format!("{e}: no user namespace can be made here, and an idmapping is defined by one")
+    })?;
+    let fd = sys::open_tree_clone(tree).map_err(|e| format!("{e}: {}", why(e.errno)))?;
+    sys::mount_setattr_idmap(fd.as_fd(), ns.as_fd(), MOUNT_ATTR_RDONLY)
+        .map_err(|e| format!("{e}: {}", why(e.errno)))
+}
+
+/// Clone `tree` detached and idmap it (its owner → the sandbox's user) with `attr` set too.
+fn idmapped(
+    tree: &Path,
+    meta: &std::fs::Metadata,
+    id: Identity,
+    attr: u64,
+    namespaces: &mut Vec<((u32, u32), OwnedFd)>,
+    out: &mut Attached,
+    refused: impl Fn(String, &str) -> StepError,
+) -> Result<(), StepError> {
+    let owner = (meta.uid(), meta.gid());
+    let index = match namespaces.iter().position(|(o, _)| *o == owner) {
+        Some(i) => i,
+        None => {
+            let fd = mapping_namespace(owner, (id.uid, id.gid)).map_err(|e| {
+                refused(
+                    e.to_string(),
+                    "no user namespace can be made here, and an idmapping is defined by one",
+                )
+            })?;
+            namespaces.push((owner, fd));
+            namespaces.len() - 1
+        }
+    };
+    let userns = &namespaces[index].1;
+    let fd = sys::open_tree_clone(tree).map_err(|e| refused(e.to_string(), why(e.errno)))?;
+    sys::mount_setattr_idmap(
+        fd.as_fd(),
+        userns.as_fd(),
+        attr | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    )
+    .map_err(|e| refused(e.to_string(), why(e.errno)))?;
+    out.attach.push(Attach {
+        target: tree.to_path_buf(),
+        fd: fd.as_raw_fd(),
+        dir: meta.is_dir(),
+        read_only: false,
+    });
+    out.fds.push(fd);
+    Ok(())
 }
 
 /// Why the kernel refuses to idmap a tree, by the errno of open_tree or mount_setattr.

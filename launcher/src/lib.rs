@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod environment;
 pub mod fs_violations;
 pub mod fuzz;
+pub mod home;
 pub mod idmap;
 pub mod layout;
 pub mod limits;

@@ -89,13 +89,13 @@ pub fn load_policy(args: &SandboxArgs) -> Result<(Policy, PathBuf), StepError> {
 }
 
 /// Who the sandbox runs as; started as root, also the user's name and home.
-struct RunAs {
-    identity: Identity,
-    user: String,
-    home: Option<String>,
+pub(crate) struct RunAs {
+    pub(crate) identity: Identity,
+    pub(crate) user: String,
+    pub(crate) home: Option<String>,
 }
 
-fn identity(
+pub(crate) fn identity(
     policy: &Policy,
     env: &mut [(String, String)],
     warnings: &mut Vec<String>,
@@ -151,8 +151,9 @@ fn identity(
 }
 
 /// Started as root: the writable trees the sandbox's user does not own are idmapped to it, it
-/// must be able to reach each of them and the working directory, and HOME is the caller's when
-/// that is writable inside (it is then the sandbox user's too), else the sandbox user's own.
+/// must be able to reach each of them and the working directory, and HOME is decided by
+/// `home::as_root` (the caller's when it holds or lies in a writable tree, with a read-only
+/// idmapped view of it when the sandbox's user cannot go through it; else the sandbox user's).
 fn root_start(
     run_as: &RunAs,
     layout: &mut layout::Layout,
@@ -160,35 +161,69 @@ fn root_start(
     env: &mut [(String, String)],
     verbose: u8,
 ) -> Result<Vec<std::os::fd::OwnedFd>, StepError> {
-    let attached = idmap::prepare(&layout.writable, run_as.identity, &run_as.user)?;
-    let mut reach = layout.writable.clone();
-    reach.push(cwd.to_path_buf());
-    idmap::check_reachable(&reach, &attached.attach, run_as.identity, &run_as.user)?;
-    layout.mounts.attach = attached.attach;
     let caller_home = env
         .iter()
         .find(|(k, _)| k == "HOME")
         .map(|(_, v)| v.clone());
-    let writable_home = caller_home
-        .as_deref()
-        .and_then(|h| std::fs::canonicalize(h).ok())
-        .filter(|h| layout.writable.iter().any(|w| h.starts_with(w)));
-    let (home, whose) = match (&writable_home, &caller_home) {
-        (Some(_), Some(h)) => (h.clone(), "the caller's, writable in the sandbox"),
-        _ => (
-            run_as.home.clone().unwrap_or_else(|| "/".into()),
-            "the sandbox user's: the caller's is not writable in the sandbox",
-        ),
-    };
+    let home = crate::home::as_root(
+        caller_home.as_deref(),
+        &layout.writable,
+        run_as.home.as_deref(),
+        run_as.identity,
+        layout.mounts.host_root,
+    );
+    let mut attached = idmap::prepare(&layout.writable, run_as.identity, &run_as.user)?;
+    if let Some(view) = &home.view {
+        idmap::prepare_view(
+            view,
+            &layout.writable,
+            run_as.identity,
+            &run_as.user,
+            &mut attached,
+        )?;
+        // Before everything mounted inside it: the writable trees, the protections, the masks.
+        let at = layout
+            .mounts
+            .ops
+            .iter()
+            .position(|op| op_target(op).starts_with(view))
+            .unwrap_or(layout.mounts.ops.len());
+        layout.mounts.ops.insert(
+            at,
+            shim::spec::MountOp::ReadOnly {
+                source: view.clone(),
+                target: view.clone(),
+            },
+        );
+    }
+    let mut reach = layout.writable.clone();
+    reach.push(cwd.to_path_buf());
+    idmap::check_reachable(&reach, &attached.attach, run_as.identity, &run_as.user)?;
+    layout.mounts.attach = attached.attach;
     if verbose > 0 {
-        eprintln!("sandbox-launch: HOME inside: {home} ({whose})");
+        eprintln!(
+            "sandbox-launch: HOME inside: {} ({})",
+            home.path, home.whose
+        );
     }
     for (k, v) in env.iter_mut() {
         if k == "HOME" {
-            *v = home.clone();
+            *v = home.path.clone();
         }
     }
     Ok(attached.fds)
+}
+
+fn op_target(op: &shim::spec::MountOp) -> &Path {
+    use shim::spec::MountOp::*;
+    match op {
+        ReadOnly { target, .. }
+        | ReadWrite { target, .. }
+        | Tmpfs { target, .. }
+        | Mask { target, .. }
+        | File { target, .. }
+        | Symlink { target, .. } => target,
+    }
 }
 
 pub(crate) fn seccomp(policy: &Policy) -> Result<SeccompSpec, StepError> {
@@ -235,7 +270,7 @@ pub fn prepare(
     );
     let run_as = identity(&policy, &mut env, &mut warnings)?;
     let identity = run_as.identity;
-    let agent_home = program_home(&policy, &run_as, &env, &cwd);
+    let agent_home = program_home(&env, &run_as, argv.first(), &mut warnings)?;
     let agents = agent_state(
         &mut policy,
         agent_home.as_deref(),
@@ -375,37 +410,65 @@ pub fn prepare(
     })
 }
 
-/// The home directory the program will have: the caller's, except when started as root with a
-/// caller's HOME the policy does not make writable (see `root_start`): then the sandbox user's.
+/// The home directory the agents' state is planned in: the caller's. Started as root, HOME
+/// inside is the caller's only when a writable tree lies in it — the agents' state
+/// directories planned here count (see `home::as_root`, decided once the layout is known).
+/// When the caller's home cannot be mapped to the sandbox's user (no user namespace, a
+/// filesystem that cannot be idmapped), the agents' state is not planned there: HOME inside is
+/// then the sandbox user's, said in a warning — except for an agent that cannot run without
+/// its state (droid, codex): that launch is refused with the cause and the fix.
 fn program_home(
-    policy: &Policy,
-    run_as: &RunAs,
     env: &[(String, String)],
-    cwd: &Path,
-) -> Option<PathBuf> {
+    run_as: &RunAs,
+    program: Option<&String>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<PathBuf>, StepError> {
     let caller = env
         .iter()
         .find(|(k, _)| k == "HOME")
         .map(|(_, v)| PathBuf::from(v));
     if !run_as.identity.switch_from_root {
-        return caller;
+        return Ok(caller);
     }
-    let writable = |h: &Path| {
-        let Ok(h) = std::fs::canonicalize(h) else {
-            return false;
-        };
-        h.starts_with(cwd)
-            || policy
-                .filesystem
-                .read_write
-                .iter()
-                .filter_map(|s| std::fs::canonicalize(&s.value).ok())
-                .any(|w| h.starts_with(w))
+    let Some(home) = caller.filter(|h| h.is_dir()) else {
+        return Ok(run_as.home.as_deref().map(PathBuf::from));
     };
-    match caller {
-        Some(h) if writable(&h) => Some(h),
-        _ => run_as.home.as_deref().map(PathBuf::from),
+    let name = program
+        .and_then(|p| Path::new(p).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    // Nothing of the agents' would be kept there: nothing to map (the working directory or an
+    // `--allow-write` in it is mapped like any writable tree, or refused with its own cause).
+    if !persistence::agents::keeps_state_in(&home, &|v| std::env::var(v).ok(), name) {
+        return Ok(Some(home));
     }
+    let Err(cause) = idmap::probe(&home, run_as.identity) else {
+        return Ok(Some(home));
+    };
+    if matches!(name, "droid" | "codex") {
+        return Err(StepError::new(
+            Step::Mounts,
+            format!(
+                "{name} keeps its state in HOME {}, which cannot be mapped to the sandbox's \
+                 user {} (uid {}): {cause}",
+                home.display(),
+                run_as.user,
+                run_as.identity.uid
+            ),
+            Some(&format!(
+                "start sandbox-launch as {}'s owner rather than as root (a container: --user \
+                 \"$(id -u):$(id -g)\"), or give the sandbox's user its own HOME with the \
+                 agent's configuration (process.run_as_user with a home of its own)",
+                home.display()
+            )),
+        ));
+    }
+    warnings.push(format!(
+        "HOME inside is the sandbox user's, not {}: it cannot be mapped to the sandbox's user \
+         ({cause}); the agents' state directories in it are not used in this run",
+        home.display()
+    ));
+    Ok(run_as.home.as_deref().map(PathBuf::from))
 }
 
 /// The agents' state directories become writable (in host-readable mode), the launched

@@ -226,11 +226,14 @@ fn mount_dev(shm_size: Option<u64>) -> R<()> {
     Ok(())
 }
 
-/// Where a bind's source is found: in an attached tree, the tree as attached (with its
-/// idmapping: the host's path may not even be reachable for the sandbox's user); else the
-/// host's.
+/// Where a bind's source is found: in an attached writable tree, the tree as attached (with
+/// its idmapping: the host's path may not even be reachable for the sandbox's user); else the
+/// host's (a read-only view would make a writable bind taken from it read-only).
 fn bind_source(source: &Path, attach: &[Attach]) -> PathBuf {
-    if attach.iter().any(|a| source.starts_with(&a.target)) {
+    if attach
+        .iter()
+        .any(|a| !a.read_only && source.starts_with(&a.target))
+    {
         in_newroot(source)
     } else {
         in_oldroot(source)
@@ -261,6 +264,12 @@ fn apply(op: &MountOp, attach: &[Attach]) -> R<()> {
                 .at(Step::Mounts)
         }
         MountOp::ReadOnly { source, target } => {
+            if let Some(tree) = attach
+                .iter()
+                .find(|a| a.read_only && a.target == *target && source == target)
+            {
+                return attach_tree(tree);
+            }
             let src = bind_source(source, attach);
             let tgt = in_newroot(target);
             ensure_mountpoint(&tgt, src.is_dir())?;

@@ -120,8 +120,8 @@ pub struct MountPlan {
     pub shm_size: Option<u64>,
     /// Writable trees the supervisor prepared as detached mounts (idmapped to the sandbox's
     /// user when started as root), inherited as descriptors across the clone: each is attached
-    /// in place of the `ReadWrite` bind of the same target, and binds of paths inside it are
-    /// taken from it.
+    /// in place of the `ReadWrite` bind of the same target (`ReadOnly` for a read-only view),
+    /// and binds of paths inside it are taken from it.
     #[serde(default)]
     pub attach: Vec<Attach>,
 }
@@ -133,6 +133,10 @@ pub struct Attach {
     pub fd: i32,
     /// The tree is a directory (else a file).
     pub dir: bool,
+    /// A read-only view (the caller's home, started as root): attached in place of the
+    /// `ReadOnly` bind of the same target.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

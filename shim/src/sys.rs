@@ -170,6 +170,32 @@ pub fn mount_setattr_idmap(
     Ok(())
 }
 
+/// Set `attr_set` on every mount of the detached tree `tree` (no idmapping).
+pub fn mount_setattr_tree(tree: std::os::fd::BorrowedFd<'_>, attr_set: u64) -> SysResult<()> {
+    use std::os::fd::AsRawFd;
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor; the struct is initialised.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check(ret as libc::c_int, || {
+        format!("mount_setattr(tree, AT_RECURSIVE, set={attr_set:#x})")
+    })?;
+    Ok(())
+}
+
 /// Attach the detached tree `fd` at `target`.
 pub fn move_mount_to(fd: libc::c_int, target: &Path) -> SysResult<()> {
     let t = cstr(target);

@@ -65,6 +65,23 @@ pub struct AgentState {
     pub claude: Option<ClaudeCopy>,
 }
 
+/// Whether [`plan`] would keep an agent's state directory in `home`: one exists there, or the
+/// launched program is an agent whose directory would be created there.
+pub fn keeps_state_in(
+    home: &Path,
+    host_env: &dyn Fn(&str) -> Option<String>,
+    program: &str,
+) -> bool {
+    let launched = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    AGENTS.iter().any(|(name, var, default)| {
+        host_env(var).filter(|v| v.starts_with('/')).is_none()
+            && (launched == *name || home.join(default).is_dir())
+    })
+}
+
 /// Plan the agents' state: `home` is the program's home directory, `host_env` the launcher's
 /// environment, `program` what is launched.
 pub fn plan(

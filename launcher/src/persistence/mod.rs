@@ -110,8 +110,31 @@ pub fn check(args: &crate::cli::SandboxArgs) -> Result<String, shim::channel::St
                 ));
         }
     }
+    // Who the sandbox runs as (started as root: the policy's run_as_user). A user that cannot
+    // be found stops a launch, not `check`: said on the HOME line.
+    let run_as = crate::sandbox::identity(&policy, &mut Vec::new(), &mut Vec::new());
     Ok(match crate::layout::plan(&policy, &ctx) {
-        Ok(layout) => describe::describe(&layout.protections, ctx.home.as_deref()),
+        Ok(layout) => {
+            let caller = ctx.home.as_deref().and_then(Path::to_str);
+            let home = match run_as {
+                Ok(r) if r.identity.switch_from_root => {
+                    let h = crate::home::as_root(
+                        caller,
+                        &layout.writable,
+                        r.home.as_deref(),
+                        r.identity,
+                        layout.mounts.host_root,
+                    );
+                    format!("HOME inside: {} ({})\n", h.path, h.whose)
+                }
+                Ok(_) => format!(
+                    "HOME inside: {} (the caller's)\n",
+                    caller.unwrap_or("(unset)")
+                ),
+                Err(e) => format!("HOME inside: not decided, a launch would stop here: {e}\n"),
+            };
+            home + &describe::describe(&layout.protections, ctx.home.as_deref())
+        }
         Err(e) => format!("persistence: not planned: a launch would stop here: {e:#}\n"),
     })
 }
