@@ -26,10 +26,21 @@ fn programs_that_make_themselves_non_dumpable_create_files_as_usual() {
         work.mkdir("gnupg");
         std::fs::set_permissions(work.join("gnupg"), std::fs::Permissions::from_mode(0o700))
             .unwrap();
+        // A repository and a hook to plant in it: what sftp and scp put at protected names
+        // would run in the host's next `git commit` or `cd`.
+        host_git(&work.path, &["init", "-q"]);
+        let hook = work.write(
+            "up/hook",
+            &format!("#!/bin/sh\ntouch {}/PWNED-hook\n", work.path.display()),
+        );
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        work.give_to_sandbox_user(&work.path);
         let script = format!(
             r#"cd {w}
 printf 'put up/src.txt sftp-put.txt\n' | sftp -q -b - -D /usr/lib/openssh/sftp-server >/dev/null; echo sftp-rc=$?
 scp -S ./fakessh up/src.txt x:{w}/scp-put.txt; echo scp-rc=$?
+printf 'put up/hook .git/hooks/pre-commit\n' | sftp -q -b - -D /usr/lib/openssh/sftp-server >/dev/null 2>&1; echo sftp-hook-rc=$?
+scp -S ./fakessh up/hook x:{w}/.envrc 2>/dev/null; echo scp-envrc-rc=$?
 ssh-agent -a {w}/agent.sock >/dev/null; echo agent-rc=$?
 SSH_AUTH_SOCK={w}/agent.sock ssh-add -l; echo ssh-add-rc=$?
 gpg-agent --daemon --homedir {w}/gnupg >/dev/null 2>&1; echo gpg-agent-rc=$?
@@ -53,6 +64,8 @@ except OSError as e: print("envrc-refused", e.errno)
             "ssh-add-rc=1",
             "gpg-agent-rc=0",
             "envrc-refused 1",
+            "sftp-hook-rc=1",
+            "scp-envrc-rc=1",
         ] {
             assert!(text.contains(want), "{caller:?}: {want}: {}", explain(&out));
         }
@@ -79,7 +92,34 @@ except OSError as e: print("envrc-refused", e.errno)
             explain(&out)
         );
         assert!(!work.join(".envrc").exists());
+        assert!(!work.join(".git/hooks/pre-commit").exists());
+        // On the host: what git runs on a commit, and direnv's sourcing.
+        host_git(&work.path, &["commit", "-q", "--allow-empty", "-m", "host"]);
+        assert!(
+            !work.join("PWNED-hook").exists(),
+            "{caller:?}: {}",
+            explain(&out)
+        );
     }
+}
+
+/// git on the host as a user would run it afterwards, with no configuration of its own.
+fn host_git(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=h",
+            "-c",
+            "user.email=h@e",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git")
 }
 
 #[test]
@@ -152,12 +192,23 @@ fn no_thread_of_init_can_be_reached_through_proc() {
     // /proc/self/fd/N is reopened for writing as without the sandbox.
     for caller in CALLERS {
         let work = TempDir::new("inittids");
+        host_git(&work.path, &["init", "-q"]);
+        work.give_to_sandbox_user(&work.path);
+        let prelude = format!(
+            "work = {:?}\nhook = \"#!/bin/sh\\ntouch {}/PWNED-hook\\n\"\n",
+            work.path.display().to_string(),
+            work.path.display()
+        );
         let out = sh(
             caller,
             &work.path,
             &[],
-            r#"python3 - <<'PY'
+            &(r#"python3 - <<'PY'
 import os
+"#
+            .to_string()
+                + &prelude
+                + r#"
 tids = os.listdir("/proc/1/task")
 names = sorted(open(f"/proc/1/task/{t}/comm").read().strip() for t in tids)
 print("threads", len(tids), "guard" if any("guard" in n for n in names) else names)
@@ -171,14 +222,22 @@ for t in tids:
     for p in (f"/proc/{t}/mem", f"/proc/{t}/cwd/x", f"/proc/{t}/root/tmp/x", f"/proc/{t}/environ"):
         try: os.open(p, os.O_RDWR | os.O_CREAT); got.append(p)
         except OSError: pass
+    for p in (f"/proc/{t}/root{work}/.git/hooks/pre-commit", f"/proc/{t}/root{work}/.envrc",
+              f"/proc/{t}/cwd{work}/.git/hooks/post-checkout"):
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o755)
+            os.write(fd, hook.encode()); os.close(fd); got.append(p)
+        except OSError: pass
     os.symlink(f"/proc/{t}/fd/0", f"link{t}")
     try: os.open(f"link{t}", os.O_RDWR); got.append(f"link{t}")
     except OSError: pass
 print("reached", got)
+fd = os.open(f"/proc/self/root{work}/via-own-root.txt", os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"own root\n"); print("own root written")
 fd = os.open("mine.txt", os.O_RDONLY | os.O_CREAT, 0o600)
 w = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_APPEND)
 os.write(w, b"through proc\n"); print("own fd reopened")
-PY"#,
+PY"#),
         );
         let text = stdout(&out);
         // init, its guard, and the thread that takes nested sandboxes' registrations.
@@ -201,6 +260,27 @@ PY"#,
             std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(work.join("mine.txt")).unwrap()),
             inside_uid(caller)
         );
+        // Through its own root the program writes as anywhere else; through init's, nothing
+        // reached the host that git or direnv would run.
+        assert!(
+            text.contains("own root written"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(work.join("via-own-root.txt").exists());
+        for p in [
+            ".git/hooks/pre-commit",
+            ".git/hooks/post-checkout",
+            ".envrc",
+        ] {
+            assert!(
+                std::fs::symlink_metadata(work.join(p)).is_err(),
+                "{caller:?}: {p} exists on the host"
+            );
+        }
+        host_git(&work.path, &["commit", "-q", "--allow-empty", "-m", "host"]);
+        host_git(&work.path, &["checkout", "-q", "-b", "host"]);
+        assert!(!work.join("PWNED-hook").exists(), "{caller:?}");
     }
 }
 

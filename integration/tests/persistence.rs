@@ -340,6 +340,8 @@ fn host_runs(proj: &Path) {
 const PLANT_IN_PROJECT: &str = r##"
 try envrc-append sh -c "echo 'touch $M-envrc' >> .envrc"
 try envrc-replace sh -c "rm -f .envrc; echo 'touch $M-envrc' > .envrc"
+try envrc-rename-over sh -c "echo 'touch $M-envrc' > e2 && mv -f e2 .envrc"
+try vscode-rename-over sh -c "echo '{\"tasks\":[\"touch $M-vscode\"]}' > t2 && mv -f t2 .vscode/tasks.json"
 try vscode-task sh -c "echo '{\"tasks\":[\"touch $M-vscode\"]}' > .vscode/tasks.json"
 try hook sh -c 'printf "%s\n" "$hook" > .git/hooks/pre-commit'
 try fsmonitor git config core.fsmonitor "touch $M-fsmonitor"
@@ -364,7 +366,7 @@ echo ok > file && git add file && git commit -qm inside && echo ok:commit
         assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
         assert_eq!(
             text.matches("refused:").count(),
-            6,
+            8,
             "{caller:?}: {}",
             explain(&out)
         );
@@ -379,6 +381,10 @@ echo ok > file && git add file && git commit -qm inside && echo ok:commit
         assert_eq!(
             std::fs::read_to_string(proj.join(".envrc")).unwrap(),
             "export SAFE=1\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(proj.join(".vscode/tasks.json")).unwrap(),
+            "{}\n"
         );
         assert!(parent.join("beside.txt").exists());
         assert!(host_git_ok(&proj, &["log", "--format=%s"]).contains("inside"));
