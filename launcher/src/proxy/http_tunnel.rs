@@ -2,7 +2,8 @@
 //! relayed request by request, so that every request on a kept-alive connection is checked, not
 //! only the first. Each request head is parsed by hyper (httparse), its hosts found by the same
 //! rules as the first flight (`head::names`), and a request naming another host is answered 403
-//! and the connection closed. A protocol switch (`101`) hands both sockets to a plain byte copy
+//! and the connection closed. What passes is sent on naming the checked host only
+//! ([`tell_checked_host`]), as the plain-HTTP proxy does. A protocol switch (`101`) hands both sockets to a plain byte copy
 //! once the server has agreed — to WebSocket only, whose frames name no host. An offer to switch
 //! to anything else (HTTP/2 over cleartext, `Upgrade: h2c`, after which the server reads requests
 //! that each name their own host) is taken off the request, which the server then answers as the
@@ -17,7 +18,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONNECTION, HOST, UPGRADE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -40,6 +41,8 @@ pub async fn serve(
     host: &Host,
     timeouts: &Timeouts,
 ) -> Option<String> {
+    // The port the tunnel was decided and dialled for.
+    let port = upstream.peer_addr().map(|a| a.port()).unwrap_or(80);
     let (sender, conn) = match hyper::client::conn::http1::Builder::new()
         .preserve_header_case(true)
         .handshake::<_, Incoming>(TokioIo::new(upstream))
@@ -59,7 +62,9 @@ pub async fn serve(
             let refused = refused.clone();
             let host = host.clone();
             async move {
-                Ok::<_, std::convert::Infallible>(one_request(&sender, &host, &refused, req).await)
+                Ok::<_, std::convert::Infallible>(
+                    one_request(&sender, (&host, port), &refused, req).await,
+                )
             }
         })
     };
@@ -77,7 +82,7 @@ pub async fn serve(
 
 async fn one_request(
     sender: &AsyncMutex<Sender>,
-    host: &Host,
+    (host, port): (&Host, u16),
     refused: &Mutex<Option<String>>,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
@@ -94,6 +99,7 @@ async fn one_request(
         Ok(names) => head::mismatch(host, &names),
         Err(why) => Some(why),
     };
+    let why = why.or_else(|| tell_checked_host(&mut req, host, port, 80).err());
     if let Some(why) = why {
         let mut resp = text_response(
             StatusCode::FORBIDDEN,
@@ -127,6 +133,35 @@ async fn one_request(
         });
     }
     resp.map(|b| b.boxed())
+}
+
+/// Make a request that was checked against `host` tell the server that host only: the target
+/// in origin form (a server obeys an absolute-form target over `Host`) and one `Host` header
+/// built from the checked host and the tunnel's `port` (left out when it is `default_port`).
+/// Whatever spelling of the host the client wrote — `ALLOWED.TEST.`, a full-width dot, another
+/// port, or no `Host` at all, which lets the server pick any site it hosts on that address — the
+/// server reads the name that was decided on.
+pub fn tell_checked_host<B>(
+    req: &mut Request<B>,
+    host: &Host,
+    port: u16,
+    default_port: u16,
+) -> Result<(), String> {
+    let origin_form = req.method() != Method::CONNECT && req.uri().scheme().is_some();
+    if origin_form {
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        *req.uri_mut() = target
+            .parse::<Uri>()
+            .map_err(|e| format!("the request target cannot be sent in origin form: {e}"))?;
+    }
+    let value = match port == default_port {
+        true => host.to_string(),
+        false => format!("{host}:{port}"),
+    };
+    let value = HeaderValue::from_str(&value)
+        .map_err(|_| format!("{host} cannot be written as a Host header"))?;
+    req.headers_mut().insert(HOST, value);
+    Ok(())
 }
 
 /// Take every protocol-switch offer but WebSocket off a request; whether one is left.
@@ -233,6 +268,36 @@ mod tests {
         assert!(out.contains("403 Forbidden"), "{out}");
         let why = task.await.unwrap().unwrap();
         assert!(why.contains("HTTP Host asks for denied.test"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn the_server_is_told_the_checked_host_whatever_spelling_the_client_wrote() {
+        let up = testing::upstream().await;
+        let host = Host::parse("allowed.test").unwrap();
+        let heads = [
+            "GET /a HTTP/1.1\r\nHost: ALLOWED.TEST.\r\nConnection: close\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: allowed\u{ff0e}test\r\nConnection: close\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: allowed.test:1\r\nConnection: close\r\n\r\n",
+            "GET http://Allowed.Test./a HTTP/1.1\r\nConnection: close\r\n\r\n",
+            // No Host at all: the server would pick a site of its own.
+            "GET /a HTTP/1.0\r\n\r\n",
+            "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n",
+        ];
+        for head in heads {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (client, _) = l.accept().await.unwrap();
+            let upstream = TcpStream::connect(up).await.unwrap();
+            let (host, prefix) = (host.clone(), head.as_bytes().to_vec());
+            let task = tokio::spawn(async move {
+                serve(client, prefix, upstream, &host, &Timeouts::default()).await
+            });
+            let mut out = String::new();
+            c.read_to_string(&mut out).await.unwrap();
+            let told = format!("upstream host=allowed.test:{} path=/a body=0", up.port());
+            assert!(out.contains(&told), "{head:?}: {out}");
+            assert_eq!(task.await.unwrap(), None, "{head:?}");
+        }
     }
 
     #[test]

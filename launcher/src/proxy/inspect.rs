@@ -5,6 +5,8 @@
 //! checked address, verifying the real server against the host's trust store.
 //!
 //! A tunnel whose first byte is not a TLS handshake is read as plain HTTP and checked the same way.
+//! As in every tunnel, the ClientHello's SNI must name the CONNECT host, and every request is
+//! sent naming the checked host only (`http_tunnel::tell_checked_host`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,12 +25,14 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::server::Acceptor;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::decide::{Decider, Decision, Verdict};
+use super::head::Named;
 use super::identify::Program;
 use super::matcher::Host;
 use super::Proxy;
@@ -141,10 +145,34 @@ pub async fn intercept(
     let tls = peeked? == 1 && first[0] == 0x16;
     let (client_io, upstream_io): (Box<dyn Io>, Box<dyn Io>) = if tls {
         let config = inspector.server_config(&decision.host)?;
-        let accept = tokio_rustls::TlsAcceptor::from(config).accept(client);
-        let client_tls = tokio::time::timeout(timeouts.header, accept)
+        let late = || anyhow!("the program inside did not finish its TLS handshake in time");
+        let deadline = tokio::time::Instant::now() + timeouts.header;
+        let hello = tokio_rustls::LazyConfigAcceptor::new(Acceptor::default(), client);
+        let start = tokio::time::timeout_at(deadline, hello)
             .await
-            .map_err(|_| anyhow!("the program inside did not finish its TLS handshake in time"))?
+            .map_err(|_| late())?
+            .context("TLS ClientHello of the program inside")?;
+        // The SNI must name the host the tunnel was allowed for, as in a tunnel that is not
+        // inspected: one rule for every tunnel (the upstream is told the checked name anyway).
+        let sni = start.client_hello().server_name().map(str::to_string);
+        let named = sni.map(|name| Named {
+            via: "TLS SNI",
+            name,
+        });
+        if let Some(why) = super::head::mismatch(&decision.host, named.as_slice()) {
+            let mut refused = decision;
+            refused.verdict = Verdict::Deny;
+            refused.reason = why;
+            refused.hint = None;
+            proxy
+                .events
+                .decision("connect", &refused, binary.as_ref(), None);
+            super::tunnel::reset(start.io);
+            return Ok(());
+        }
+        let client_tls = tokio::time::timeout_at(deadline, start.into_stream(config))
+            .await
+            .map_err(|_| late())?
             .context("TLS handshake with the program inside")?;
         let server_name = match &decision.host {
             Host::Name(n) => ServerName::try_from(n.clone())?,
@@ -236,6 +264,10 @@ async fn one_request(
     {
         return refused;
     }
+    let default_port = if protocol == "https" { 443 } else { 80 };
+    if let Err(why) = super::http_tunnel::tell_checked_host(&mut req, &host, port, default_port) {
+        return super::answer::bad_request(&why);
+    }
     let mut sender = sender.lock().await;
     if sender.ready().await.is_err() {
         return gateway_error(&conn.host);
@@ -260,3 +292,6 @@ fn gateway_error(host: &Host) -> Response<Body> {
     *resp.status_mut() = StatusCode::BAD_GATEWAY;
     resp
 }
+
+#[cfg(test)]
+mod tests;

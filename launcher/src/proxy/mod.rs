@@ -368,6 +368,64 @@ pub(crate) mod testing {
         ));
         addrs
     }
+
+    /// A proxy on 127.0.0.1 (HTTP listener) whose `allowed.test` endpoint checks requests
+    /// (`access: full`), so that CONNECT tunnels to it are opened by TLS inspection; the
+    /// upstream server `upstream` answers for it; the inspector, whose CA clients may trust.
+    pub async fn inspecting_proxy(
+        timeouts: Timeouts,
+    ) -> (SocketAddr, SocketAddr, Arc<inspect::Inspector>) {
+        use crate::policy::model::{Endpoint, NetworkRule};
+
+        let up = upstream().await;
+        let mut policy = allowing(&[]);
+        let endpoint = Endpoint {
+            host: "allowed.test".into(),
+            protocol: Some("rest".into()),
+            access: Some("full".into()),
+            ..Default::default()
+        };
+        let rule = NetworkRule {
+            name: "inspected".into(),
+            endpoints: vec![endpoint],
+            binaries: Vec::new(),
+        };
+        policy
+            .rules
+            .insert("inspected".into(), Sourced::new(rule, Source::CommandLine));
+        let decider = Decider::from_policy(&policy).unwrap();
+        assert!(decider.needs_inspection());
+        let resolver =
+            Resolver::offline(vec![("allowed.test".into(), "127.0.0.1".parse().unwrap())]);
+        let mut proxy = Proxy::new(decider, resolver, EventSink::none());
+        let inspector = Arc::new(inspect::Inspector::new(&[]).unwrap());
+        proxy.inspector = Some(inspector.clone());
+        proxy.timeouts = timeouts;
+        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = http.local_addr().unwrap();
+        tokio::spawn(serve(vec![(Protocol::Http, http)], None, Arc::new(proxy)));
+        (addr, up, inspector)
+    }
+
+    /// A CONNECT tunnel through `proxy` to allowed.test on `up`'s port, after its `200`.
+    pub async fn inspected_tunnel(proxy: SocketAddr, up: SocketAddr) -> tokio::net::TcpStream {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let mut s = tokio::net::TcpStream::connect(proxy).await.unwrap();
+        let connect = format!(
+            "CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n",
+            up.port()
+        );
+        s.write_all(connect.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).await.unwrap(), 1);
+            head.push(byte[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+        s
+    }
 }
 
 #[cfg(test)]

@@ -126,59 +126,10 @@ async fn a_first_flight_that_stops_halfway_is_refused() {
     assert!(until_closed(&mut s).await.is_empty());
 }
 
-/// A proxy on 127.0.0.1 whose `allowed.test` endpoint checks requests (`access: full`), so that
-/// CONNECT tunnels to it are opened by TLS inspection.
-async fn inspecting_proxy() -> (SocketAddr, SocketAddr) {
-    use std::sync::Arc;
-
-    use crate::policy::model::{Endpoint, NetworkRule, Source, Sourced};
-    use crate::proxy::{decide::Decider, inspect::Inspector, resolve::Resolver, serve, Protocol};
-
-    let up = testing::upstream().await;
-    let mut policy = testing::allowing(&[]);
-    let endpoint = Endpoint {
-        host: "allowed.test".into(),
-        protocol: Some("rest".into()),
-        access: Some("full".into()),
-        ..Default::default()
-    };
-    let rule = NetworkRule {
-        name: "inspected".into(),
-        endpoints: vec![endpoint],
-        binaries: Vec::new(),
-    };
-    policy
-        .rules
-        .insert("inspected".into(), Sourced::new(rule, Source::CommandLine));
-    let decider = Decider::from_policy(&policy).unwrap();
-    assert!(decider.needs_inspection());
-    let resolver = Resolver::offline(vec![("allowed.test".into(), "127.0.0.1".parse().unwrap())]);
-    let mut proxy = super::Proxy::new(decider, resolver, EventSink::none());
-    proxy.inspector = Some(Arc::new(Inspector::new(&[]).unwrap()));
-    proxy.timeouts = SHORT;
-    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = http.local_addr().unwrap();
-    tokio::spawn(serve(vec![(Protocol::Http, http)], None, Arc::new(proxy)));
-    (addr, up)
-}
-
-/// A CONNECT tunnel to the inspected endpoint, after its `200`.
+/// A CONNECT tunnel opened by TLS inspection, with the short timeouts.
 async fn inspected_tunnel() -> TcpStream {
-    let (http, up) = inspecting_proxy().await;
-    let mut s = TcpStream::connect(http).await.unwrap();
-    let connect = format!(
-        "CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n",
-        up.port()
-    );
-    s.write_all(connect.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut byte).await.unwrap(), 1);
-        head.push(byte[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
-    s
+    let (http, up, _) = testing::inspecting_proxy(SHORT).await;
+    testing::inspected_tunnel(http, up).await
 }
 
 #[tokio::test]
