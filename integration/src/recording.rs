@@ -2,7 +2,8 @@
 //! a server received and would act on, not on what the client saw: a TLS server (rustls, the
 //! ClientHello read by rustls's server-side `Acceptor`) that records each connection's SNI and
 //! how many bytes it received, and an HTTP/1.1 server (`httparse`, the parser of hyper's servers)
-//! that records each request's method, target and `Host` headers, with keep-alive, and agrees to
+//! that records each request's method, target, `Host` headers and body framing, reads bodies as
+//! RFC 9112 §6.3 says (`Transfer-Encoding: chunked` over `Content-Length`), with keep-alive, and agrees to
 //! switch protocols (to WebSocket or to HTTP/2 over cleartext, `h2c`) as such servers do, after
 //! which it records every byte it receives.
 
@@ -125,6 +126,12 @@ pub struct HttpRequest {
     pub target: String,
     /// Every `Host` header's value, in order.
     pub hosts: Vec<String>,
+    /// Every `Content-Length` and `Transfer-Encoding` header's value, in order: a request that
+    /// carries both, or two lengths, is framed differently by different servers.
+    pub content_lengths: Vec<String>,
+    pub transfer_encodings: Vec<String>,
+    /// The body, as framed.
+    pub body: Vec<u8>,
 }
 
 /// A connection on which the HTTP server agreed to switch protocols.
@@ -201,16 +208,21 @@ fn http_conn(
         match req.parse(&buf) {
             Ok(httparse::Status::Complete(len)) => {
                 let target = req.path.unwrap_or("").to_string();
-                seen.lock().unwrap().push(HttpRequest {
+                let values = |name: &str| -> Vec<String> {
+                    req.headers
+                        .iter()
+                        .filter(|h| h.name.eq_ignore_ascii_case(name))
+                        .map(|h| String::from_utf8_lossy(h.value).into_owned())
+                        .collect()
+                };
+                let mut request = HttpRequest {
                     method: req.method.unwrap_or("").to_string(),
                     target: target.clone(),
-                    hosts: req
-                        .headers
-                        .iter()
-                        .filter(|h| h.name.eq_ignore_ascii_case("host"))
-                        .map(|h| String::from_utf8_lossy(h.value).into_owned())
-                        .collect(),
-                });
+                    hosts: values("host"),
+                    content_lengths: values("content-length"),
+                    transfer_encodings: values("transfer-encoding"),
+                    body: Vec::new(),
+                };
                 let upgrade = req
                     .headers
                     .iter()
@@ -218,6 +230,27 @@ fn http_conn(
                     .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
                     .filter(|p| p == "h2c" || p == "websocket");
                 buf.drain(..len);
+                let framed = match request.transfer_encodings.last() {
+                    Some(te) if te.to_ascii_lowercase().trim().ends_with("chunked") => {
+                        read_chunked(&mut stream, &mut buf)
+                    }
+                    Some(_) => None,
+                    None => match request.content_lengths.first() {
+                        Some(n) => n
+                            .trim()
+                            .parse()
+                            .ok()
+                            .and_then(|n| read_exactly(&mut stream, &mut buf, n)),
+                        None => Some(Vec::new()),
+                    },
+                };
+                let Some(body) = framed else {
+                    *bad.lock().unwrap() += 1;
+                    seen.lock().unwrap().push(request);
+                    return;
+                };
+                request.body = body;
+                seen.lock().unwrap().push(request);
                 if let Some(protocol) = upgrade {
                     return switch(stream, protocol, buf, switched);
                 }
@@ -277,5 +310,61 @@ fn switch(
         switched.lock().unwrap()[index]
             .bytes
             .extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Read more of `stream` into `buf`; false at the end of the stream.
+fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 4096];
+    match stream.read(&mut chunk) {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+    }
+}
+
+/// The first `n` bytes of the stream (after what `buf` holds); `None` if it ends first.
+fn read_exactly(stream: &mut TcpStream, buf: &mut Vec<u8>, n: usize) -> Option<Vec<u8>> {
+    while buf.len() < n {
+        if !fill(stream, buf) {
+            return None;
+        }
+    }
+    Some(buf.drain(..n).collect())
+}
+
+/// One CRLF-terminated line (without it).
+fn read_line(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    loop {
+        if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line = buf[..at].to_vec();
+            buf.drain(..at + 2);
+            return Some(line);
+        }
+        if !fill(stream, buf) {
+            return None;
+        }
+    }
+}
+
+/// A chunked body (RFC 9112 §7.1), chunk extensions and trailers dropped; `None` if malformed
+/// or cut short.
+fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line = read_line(stream, buf)?;
+        let size = String::from_utf8(line).ok()?;
+        let size = size.split(';').next()?.trim();
+        let size = usize::from_str_radix(size, 16).ok()?;
+        if size == 0 {
+            while !read_line(stream, buf)?.is_empty() {}
+            return Some(body);
+        }
+        body.extend(read_exactly(stream, buf, size)?);
+        if !read_line(stream, buf)?.is_empty() {
+            return None;
+        }
     }
 }
