@@ -208,6 +208,10 @@ pub struct SandboxArgs {
     /// Let the proxy resolve HOST to ADDR without asking DNS (curl's `--resolve`; repeatable).
     #[arg(long, value_name = "HOST:ADDR")]
     pub resolve: Vec<String>,
+    /// Close an established proxy tunnel (CONNECT, SOCKS5, transparent) in which no byte has
+    /// moved either way for DURATION (`90`, `10m`, `2h`; `0` or `none`: never). Default: 1h.
+    #[arg(long, value_name = "DURATION", value_parser = crate::proxy::idle::parse_limit)]
+    pub tunnel_idle_timeout: Option<crate::proxy::idle::IdleLimit>,
     /// Write JSON Lines to FILE (appended) or to descriptor N (`fd:N`): the sandbox's lifecycle
     /// (launch, warning, verified, running, exited, failed) and every network decision (time,
     /// host, port, binary, decision, reason, rule, protocol).

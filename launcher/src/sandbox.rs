@@ -315,7 +315,11 @@ pub fn prepare(
             .map_err(policy_error)?;
             proxy::launch::set_env(&mut env);
             let tcp_connect = r.landlock_ports(&args.allow_loopback_port);
-            restricted_proxy = Some(r.proxy);
+            let mut proxy = r.proxy;
+            if let Some(limit) = args.tunnel_idle_timeout {
+                proxy.timeouts.tunnel_idle = limit.0;
+            }
+            restricted_proxy = Some(proxy);
             trust_bundle = r.trust_bundle;
             resolver_conf = r.transparent.is_some();
             (

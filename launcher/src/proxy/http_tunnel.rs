@@ -13,6 +13,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONNECTION, HOST, UPGRADE};
@@ -26,6 +27,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use super::answer::{text_response, Body};
 use super::head;
+use super::idle::{bounded, Activity, Tracked};
 use super::matcher::Host;
 use super::Timeouts;
 use http_body_util::BodyExt;
@@ -43,6 +45,9 @@ pub async fn serve(
 ) -> Option<String> {
     // The port the tunnel was decided and dialled for.
     let port = upstream.peer_addr().map(|a| a.port()).unwrap_or(80);
+    let activity = Activity::new();
+    let idle = (activity.clone(), timeouts.tunnel_idle);
+    let upstream = Tracked::new(upstream, activity.clone());
     let (sender, conn) = match hyper::client::conn::http1::Builder::new()
         .preserve_header_case(true)
         .handshake::<_, Incoming>(TokioIo::new(upstream))
@@ -61,21 +66,23 @@ pub async fn serve(
             let sender = sender.clone();
             let refused = refused.clone();
             let host = host.clone();
+            let idle = idle.clone();
             async move {
                 Ok::<_, std::convert::Infallible>(
-                    one_request(&sender, (&host, port), &refused, req).await,
+                    one_request(&sender, (&host, port), &refused, idle, req).await,
                 )
             }
         })
     };
-    let _ = http1::Builder::new()
+    let client = Tracked::new(Prefixed::new(prefix, client), activity.clone());
+    let connection = http1::Builder::new()
         .preserve_header_case(true)
         .timer(TokioTimer::new())
         .header_read_timeout(timeouts.header)
         .max_buf_size(super::head::MAX_HEAD)
-        .serve_connection(TokioIo::new(Prefixed::new(prefix, client)), svc)
-        .with_upgrades()
-        .await;
+        .serve_connection(TokioIo::new(client), svc)
+        .with_upgrades();
+    let _ = bounded(timeouts.tunnel_idle, &activity, connection).await;
     let why = refused.lock().ok()?.take();
     why
 }
@@ -84,6 +91,7 @@ async fn one_request(
     sender: &AsyncMutex<Sender>,
     (host, port): (&Host, u16),
     refused: &Mutex<Option<String>>,
+    (activity, idle_limit): (Arc<Activity>, Option<Duration>),
     mut req: Request<Incoming>,
 ) -> Response<Body> {
     let target = req.uri().to_string();
@@ -125,10 +133,12 @@ async fn one_request(
     drop(sender);
     if switching && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let server_upgrade = hyper::upgrade::on(&mut resp);
+        // The switched connection's bytes still pass through the tracked sockets.
         tokio::spawn(async move {
             if let (Ok(c), Ok(s)) = (client_upgrade.await, server_upgrade.await) {
-                let _ =
-                    tokio::io::copy_bidirectional(&mut TokioIo::new(c), &mut TokioIo::new(s)).await;
+                let (mut c, mut s) = (TokioIo::new(c), TokioIo::new(s));
+                let copy = tokio::io::copy_bidirectional(&mut c, &mut s);
+                let _ = bounded(idle_limit, &activity, copy).await;
             }
         });
     }

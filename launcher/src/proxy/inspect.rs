@@ -34,6 +34,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use super::decide::{Decider, Decision, Verdict};
 use super::head::Named;
 use super::identify::Program;
+use super::idle::{bounded, Activity, Tracked};
 use super::matcher::Host;
 use super::Proxy;
 
@@ -186,6 +187,10 @@ pub async fn intercept(
     } else {
         (Box::new(client), Box::new(upstream))
     };
+    // Established: bounded by the idle limit of tunnels from here on.
+    let activity = Activity::new();
+    let client_io = Tracked::new(client_io, activity.clone());
+    let upstream_io = Tracked::new(upstream_io, activity.clone());
     let (sender, conn) = hyper::client::conn::http1::Builder::new()
         .handshake::<_, Incoming>(TokioIo::new(upstream_io))
         .await?;
@@ -213,12 +218,14 @@ pub async fn intercept(
             )
         }
     });
-    http1::Builder::new()
+    let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(timeouts.header)
         .max_buf_size(super::head::MAX_HEAD)
-        .serve_connection(TokioIo::new(client_io), svc)
-        .await?;
+        .serve_connection(TokioIo::new(client_io), svc);
+    if let Some(served) = bounded(timeouts.tunnel_idle, &activity, connection).await {
+        served?;
+    }
     Ok(())
 }
 

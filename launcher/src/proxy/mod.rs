@@ -18,6 +18,7 @@ pub mod hello;
 pub mod http;
 pub mod http_tunnel;
 pub mod identify;
+pub mod idle;
 pub mod inspect;
 pub mod launch;
 pub mod load;
@@ -73,6 +74,9 @@ pub struct Timeouts {
     pub header: Duration,
     /// A new tunnel in which neither side has said anything.
     pub idle: Duration,
+    /// An established tunnel in which no byte has moved either way (`None`: no limit); see
+    /// [`idle`].
+    pub tunnel_idle: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -80,6 +84,7 @@ impl Default for Timeouts {
         Timeouts {
             header: Duration::from_secs(10),
             idle: Duration::from_secs(60),
+            tunnel_idle: Some(Duration::from_secs(3600)),
         }
     }
 }

@@ -15,6 +15,7 @@ use super::{testing, Timeouts};
 const SHORT: Timeouts = Timeouts {
     header: Duration::from_millis(300),
     idle: Duration::from_millis(300),
+    tunnel_idle: Some(Duration::from_millis(300)),
 };
 
 async fn proxy() -> (SocketAddr, SocketAddr, SocketAddr) {
@@ -163,4 +164,57 @@ async fn an_inspected_request_head_may_not_grow_past_the_bound() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
+}
+
+/// A server that speaks first (a banner), then echoes what it receives.
+async fn banner_then_echo() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                s.write_all(b"BANNER\n").await.unwrap();
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn an_established_tunnel_is_closed_once_idle_and_a_busy_one_is_not() {
+    let limit = Duration::from_secs(2);
+    let timeouts = Timeouts {
+        tunnel_idle: Some(limit),
+        ..Timeouts::default()
+    };
+    let pins = [("allowed.test", "127.0.0.1")];
+    let (http, _) =
+        testing::proxy_timed(&["allowed.test"], &pins, EventSink::none(), timeouts).await;
+    let echo = banner_then_echo().await;
+    let mut s = TcpStream::connect(http).await.unwrap();
+    let connect = format!(
+        "CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n",
+        echo.port()
+    );
+    s.write_all(connect.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(s.read_u8().await.unwrap());
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"));
+    let mut banner = [0u8; 7];
+    s.read_exact(&mut banner).await.unwrap();
+    // Bytes closer together than the limit keep the tunnel up for longer than the limit.
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit + Duration::from_secs(1) {
+        s.write_all(b"ping").await.unwrap();
+        let mut pong = [0u8; 4];
+        s.read_exact(&mut pong).await.unwrap();
+        assert_eq!(&pong, b"ping");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Silence: the tunnel is closed.
+    assert!(until_closed(&mut s).await.is_empty());
 }

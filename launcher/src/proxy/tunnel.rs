@@ -39,8 +39,8 @@ pub fn reset(stream: TcpStream) {
 /// `early`, which was already read from it) must be a TLS ClientHello or an HTTP request head
 /// that names `host` — or, where `opaque_ok`, anything. HTTP goes on request by request through
 /// `http_tunnel`, so that every request on the connection is checked. A tunnel in which
-/// nobody speaks for `timeouts.idle` is closed. On a refusal the client is reset and the reason
-/// returned.
+/// nobody speaks for `timeouts.idle` is closed, and so is an established one in which no byte
+/// moves for `timeouts.tunnel_idle`. On a refusal the client is reset and the reason returned.
 pub async fn relay_for(
     client: TcpStream,
     upstream: TcpStream,
@@ -64,7 +64,7 @@ pub async fn relay_for(
             }
         };
         if server_first {
-            relay(client, upstream, Vec::new()).await;
+            relay(client, upstream, Vec::new(), timeouts.tunnel_idle).await;
             return None;
         }
     }
@@ -78,21 +78,33 @@ pub async fn relay_for(
             super::http_tunnel::serve(client, first.bytes, upstream, host, timeouts).await
         }
         _ => {
-            relay(client, upstream, first.bytes).await;
+            relay(client, upstream, first.bytes, timeouts.tunnel_idle).await;
             None
         }
     }
 }
 
 /// Relay both ways, `early` first (it was read from the client already): splice through pipes,
-/// or a buffered copy where pipes cannot be had.
-pub async fn relay(client: TcpStream, upstream: TcpStream, early: Vec<u8>) {
+/// or a buffered copy where pipes cannot be had; until both sides are done, or no byte has moved
+/// for `idle_limit`.
+pub async fn relay(
+    client: TcpStream,
+    upstream: TcpStream,
+    early: Vec<u8>,
+    idle_limit: Option<std::time::Duration>,
+) {
+    use super::idle::{bounded, Activity, Tracked};
     use tokio::io::AsyncWriteExt;
+    let activity = Activity::new();
     let (Ok(up), Ok(down)) = (Pipe::new(), Pipe::new()) else {
-        let (mut client, mut upstream) = (client, upstream);
-        if upstream.write_all(&early).await.is_ok() {
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-        }
+        let mut client = Tracked::new(client, activity.clone());
+        let mut upstream = Tracked::new(upstream, activity.clone());
+        let copy = async {
+            if upstream.write_all(&early).await.is_ok() {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            }
+        };
+        bounded(idle_limit, &activity, copy).await;
         return;
     };
     let client_side = async {
@@ -107,9 +119,12 @@ pub async fn relay(client: TcpStream, upstream: TcpStream, early: Vec<u8>) {
             }
         }
         drop(early);
-        one_way(&client, &upstream, &up).await
+        one_way(&client, &upstream, &up, &activity).await
     };
-    let _ = tokio::try_join!(client_side, one_way(&upstream, &client, &down));
+    let both = async {
+        let _ = tokio::try_join!(client_side, one_way(&upstream, &client, &down, &activity));
+    };
+    bounded(idle_limit, &activity, both).await;
 }
 
 struct Pipe {
@@ -164,7 +179,12 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 }
 
 /// `from` -> pipe -> `to` until `from` reaches end of stream; then half-close `to`.
-async fn one_way(from: &TcpStream, to: &TcpStream, pipe: &Pipe) -> io::Result<()> {
+async fn one_way(
+    from: &TcpStream,
+    to: &TcpStream,
+    pipe: &Pipe,
+    activity: &super::idle::Activity,
+) -> io::Result<()> {
     loop {
         let mut in_pipe = loop {
             from.readable().await?;
@@ -176,6 +196,7 @@ async fn one_way(from: &TcpStream, to: &TcpStream, pipe: &Pipe) -> io::Result<()
                 Err(e) => return Err(e),
             }
         };
+        activity.touch();
         if in_pipe == 0 {
             // SAFETY: shutdown of the write half of a socket we hold.
             unsafe { libc::shutdown(to.as_raw_fd(), libc::SHUT_WR) };
@@ -228,7 +249,7 @@ mod tests {
     async fn bytes_and_half_closes_cross_the_relay_both_ways() {
         let (mut client, client_side) = pair().await;
         let (upstream_side, mut server) = pair().await;
-        tokio::spawn(async move { relay(client_side, upstream_side, Vec::new()).await });
+        tokio::spawn(async move { relay(client_side, upstream_side, Vec::new(), None).await });
         let payload: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
         let send = payload.clone();
         let writer = tokio::spawn(async move {
