@@ -107,6 +107,7 @@ pub async fn connect(
             upstream,
             early,
             &host,
+            port,
             decision.opaque_ok,
             &proxy.timeouts,
         );

@@ -35,16 +35,15 @@ use http_body_util::BodyExt;
 type Sender = hyper::client::conn::http1::SendRequest<Incoming>;
 
 /// Relay HTTP between `client` (whose first `prefix` bytes were already read from it) and
-/// `upstream` until either side closes. The reason of the first refusal, if any.
+/// `upstream`, a tunnel decided for `host`:`port` (the upstream socket may be a parent proxy's),
+/// until either side closes. The reason of the first refusal, if any.
 pub async fn serve(
     client: TcpStream,
     prefix: Vec<u8>,
     upstream: TcpStream,
-    host: &Host,
+    (host, port): (&Host, u16),
     timeouts: &Timeouts,
 ) -> Option<String> {
-    // The port the tunnel was decided and dialled for.
-    let port = upstream.peer_addr().map(|a| a.port()).unwrap_or(80);
     let activity = Activity::new();
     let idle = (activity.clone(), timeouts.tunnel_idle);
     let upstream = Tracked::new(upstream, activity.clone());
@@ -266,7 +265,7 @@ mod tests {
         let host = Host::parse("allowed.test").unwrap();
         let first = b"GET /one HTTP/1.1\r\nHost: allowed.test\r\n\r\n".to_vec();
         let task = tokio::spawn(async move {
-            serve(client, first, upstream, &host, &Timeouts::default()).await
+            serve(client, first, upstream, (&host, 80), &Timeouts::default()).await
         });
         c.write_all(b"GET /two HTTP/1.1\r\nHost: denied.test\r\n\r\n")
             .await
@@ -300,13 +299,45 @@ mod tests {
             let upstream = TcpStream::connect(up).await.unwrap();
             let (host, prefix) = (host.clone(), head.as_bytes().to_vec());
             let task = tokio::spawn(async move {
-                serve(client, prefix, upstream, &host, &Timeouts::default()).await
+                serve(
+                    client,
+                    prefix,
+                    upstream,
+                    (&host, up.port()),
+                    &Timeouts::default(),
+                )
+                .await
             });
             let mut out = String::new();
             c.read_to_string(&mut out).await.unwrap();
             let told = format!("upstream host=allowed.test:{} path=/a body=0", up.port());
             assert!(out.contains(&told), "{head:?}: {out}");
             assert_eq!(task.await.unwrap(), None, "{head:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_port_told_is_the_decided_one_not_the_upstream_sockets() {
+        // Through a parent proxy (a nested sandbox), the socket leads to the parent's port.
+        let up = testing::upstream().await;
+        let host = Host::parse("allowed.test").unwrap();
+        for (decided, told) in [(80, "allowed.test"), (8080, "allowed.test:8080")] {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (client, _) = l.accept().await.unwrap();
+            let upstream = TcpStream::connect(up).await.unwrap();
+            let host = host.clone();
+            let head = b"GET /a HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n";
+            tokio::spawn(async move {
+                let timeouts = Timeouts::default();
+                serve(client, head.to_vec(), upstream, (&host, decided), &timeouts).await
+            });
+            let mut out = String::new();
+            c.read_to_string(&mut out).await.unwrap();
+            assert!(
+                out.contains(&format!("upstream host={told} path=/a")),
+                "{out}"
+            );
         }
     }
 

@@ -93,6 +93,7 @@ async fn handle(mut client: TcpStream, peer: SocketAddr, proxy: &Proxy) -> std::
         upstream,
         early,
         &host,
+        port,
         decision.opaque_ok,
         &proxy.timeouts,
     );

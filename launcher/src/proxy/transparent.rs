@@ -104,6 +104,7 @@ async fn handle(client: TcpStream, peer: SocketAddr, proxy: &Proxy) {
         upstream,
         early,
         &host,
+        decision.port,
         decision.opaque_ok,
         &proxy.timeouts,
     );

@@ -33,7 +33,7 @@ pub fn reset(stream: TcpStream) {
     drop(stream);
 }
 
-/// Relay a tunnel opened for `host` in both directions until both are closed (half-closes are
+/// Relay a tunnel opened for `host`:`port` in both directions until both are closed (half-closes are
 /// passed on). Whoever speaks first decides how: when the server does (SMTP, SSH servers,
 /// databases), the tunnel is relayed as it is; when the client does, its first flight (after
 /// `early`, which was already read from it) must be a TLS ClientHello or an HTTP request head
@@ -46,6 +46,7 @@ pub async fn relay_for(
     upstream: TcpStream,
     early: Vec<u8>,
     host: &super::matcher::Host,
+    port: u16,
     opaque_ok: bool,
     timeouts: &super::Timeouts,
 ) -> Option<String> {
@@ -75,7 +76,7 @@ pub async fn relay_for(
     }
     match first.flight {
         Flight::Http { .. } if matches!(host, super::matcher::Host::Name(_)) => {
-            super::http_tunnel::serve(client, first.bytes, upstream, host, timeouts).await
+            super::http_tunnel::serve(client, first.bytes, upstream, (host, port), timeouts).await
         }
         _ => {
             relay(client, upstream, first.bytes, timeouts.tunnel_idle).await;
