@@ -116,6 +116,42 @@ pub enum Command {
         /// `example.com`, `*.example.com`, `host:port`, `*` or `*:PORT`.
         domain: String,
     },
+    /// List this user's kept worktrees (`whole-process --worktree`): id, name, whether its
+    /// sandbox still runs, the checkout, the program.
+    Worktrees {
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print what a worktree's sandbox changed as a git-style patch (`git apply` takes it);
+    /// persistence surfaces last, each under a comment; a summary on stderr.
+    Diff {
+        /// The worktree's id or name (`sandbox-launch worktrees`).
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+    },
+    /// Apply a worktree's changes to its checkout: all or nothing, refused when a path it
+    /// changes was changed in the checkout since the sandbox started, and refused when it
+    /// changes a persistence surface that is not named.
+    Apply {
+        /// The worktree's id or name (`sandbox-launch worktrees`).
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+        /// Apply this persistence surface too (a path relative to the checkout, or a
+        /// directory of them; repeatable). It can run code on the host: read it first.
+        #[arg(long, value_name = "PATH")]
+        include_persistence: Vec<PathBuf>,
+        /// Apply everything else and leave the persistence surfaces not named in the
+        /// worktree.
+        #[arg(long)]
+        skip_persistence: bool,
+    },
+    /// Remove a worktree and everything it holds.
+    Discard {
+        /// The worktree's id or name (`sandbox-launch worktrees`).
+        #[arg(value_name = "ID|NAME")]
+        target: String,
+    },
     /// Print a sandbox's recent events (lifecycle, denials, prompts, reloads); with --follow,
     /// every event as it happens until the sandbox ends.
     Events {
@@ -283,6 +319,12 @@ pub struct SandboxArgs {
     /// `sandbox.prompts`.
     #[arg(long)]
     pub non_interactive: bool,
+    /// Mount the working directory as a copy-on-write overlay: the program writes freely,
+    /// the checkout stays untouched, and the writes are kept (under
+    /// `$XDG_STATE_HOME/sandbox-launch/worktrees/`, named by the sandbox's id and --name)
+    /// for `sandbox-launch diff`, `apply` and `discard`.
+    #[arg(long)]
+    pub worktree: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,3 +24,4 @@ pub mod sandbox;
 pub mod status;
 pub mod supervisor;
 pub mod users;
+pub mod worktree;

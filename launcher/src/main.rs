@@ -2,7 +2,7 @@
 //! Linux sandbox. See README.md and DESIGN.md.
 
 use clap::Parser;
-use sandbox_launch::{cli, control, doctor, login, persistence, policy, prompt, sandbox};
+use sandbox_launch::{cli, control, doctor, login, persistence, policy, prompt, sandbox, worktree};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -53,6 +53,20 @@ fn main() {
         cli::Command::Allow { target, domain } => control::commands::allow(&target, &domain),
         cli::Command::Deny { target, domain } => control::commands::deny(&target, &domain),
         cli::Command::Stop { target, grace } => control::commands::stop(&target, grace),
+        cli::Command::Worktrees { json } => worktree::commands::list(json),
+        cli::Command::Diff { target } => worktree::commands::diff(&target),
+        cli::Command::Apply {
+            target,
+            include_persistence,
+            skip_persistence,
+        } => worktree::commands::apply(
+            &target,
+            &worktree::apply::Choice {
+                include: include_persistence,
+                skip_persistence,
+            },
+        ),
+        cli::Command::Discard { target } => worktree::commands::discard(&target),
         cli::Command::Events {
             target,
             follow,

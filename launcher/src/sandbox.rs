@@ -570,6 +570,14 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     for note in &steering.notes {
         eprintln!("sandbox-launch: {note}");
     }
+    let worktree = if args.worktree {
+        match start_worktree(args, &mut prepared, registration.as_ref()) {
+            Ok(w) => Some(w),
+            Err(e) => return supervisor::fail(&mut status, &e),
+        }
+    } else {
+        None
+    };
     for w in &prepared.warnings {
         eprintln!("sandbox-launch: warning: {w}");
         status.emit(json!({"status": "warning", "warning": w}));
@@ -630,6 +638,9 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     if let Some(c) = birth.cgroups {
         limits::finish_cgroups(c, &mut status);
     }
+    if let Some(w) = worktree {
+        crate::worktree::launch::finish(w, code);
+    }
     report_created(&watch, &mut status);
     merge_agent_state(&agents, &mut status);
     if args.verbose > 0 {
@@ -638,6 +649,37 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         }
     }
     code
+}
+
+/// `--worktree`: the worktree (named by the sandbox's id) and the overlay in the plan.
+fn start_worktree(
+    args: &SandboxArgs,
+    prepared: &mut Prepared,
+    registration: Option<&control::registration::Registration>,
+) -> Result<crate::worktree::store::Worktree, StepError> {
+    let id = registration
+        .map(|r| r.id.clone())
+        .unwrap_or_else(control::registration::new_id);
+    let deny_write: Vec<PathBuf> = prepared
+        .policy
+        .filesystem
+        .deny_write
+        .iter()
+        .filter_map(|s| std::fs::canonicalize(&s.value).ok())
+        .collect();
+    let owner = prepared
+        .identity
+        .switch_from_root
+        .then_some((prepared.identity.uid, prepared.identity.gid));
+    let launched = crate::worktree::launch::prepare(
+        &mut prepared.spec,
+        &id,
+        args.name.as_deref(),
+        &deny_write,
+        owner,
+    )?;
+    prepared.attached.extend(launched.fds);
+    Ok(launched.worktree)
 }
 
 /// Claude Code's copy of `~/.claude.json` goes back, without what names commands.

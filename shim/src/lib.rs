@@ -17,3 +17,4 @@ pub mod seccomp;
 pub mod spec;
 pub mod sys;
 pub mod verify;
+pub mod worktree_mount;

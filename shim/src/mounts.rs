@@ -115,7 +115,7 @@ fn staged(path: &str) -> PathBuf {
 }
 
 /// `/newroot` + an absolute sandbox path.
-fn in_newroot(path: &Path) -> PathBuf {
+pub(crate) fn in_newroot(path: &Path) -> PathBuf {
     let mut p = PathBuf::from(NEWROOT);
     for c in path.components() {
         if let Component::Normal(n) = c {
@@ -126,7 +126,7 @@ fn in_newroot(path: &Path) -> PathBuf {
 }
 
 /// `/oldroot` + an absolute host path.
-fn in_oldroot(path: &Path) -> PathBuf {
+pub(crate) fn in_oldroot(path: &Path) -> PathBuf {
     let mut p = PathBuf::from(OLDROOT);
     for c in path.components() {
         if let Component::Normal(n) = c {
@@ -136,7 +136,7 @@ fn in_oldroot(path: &Path) -> PathBuf {
     p
 }
 
-fn bind(source: &Path, target: &Path, recursive: bool) -> R<()> {
+pub(crate) fn bind(source: &Path, target: &Path, recursive: bool) -> R<()> {
     let mut flags = libc::MS_BIND;
     if recursive {
         flags |= libc::MS_REC;
@@ -318,6 +318,22 @@ fn apply(op: &MountOp, attach: &[Attach]) -> R<()> {
             let tgt = in_newroot(target);
             let src = if *dir { MASK_DIR } else { MASK_FILE };
             bind_read_only(Path::new(src), &tgt)
+        }
+        MountOp::Worktree {
+            source,
+            target,
+            layers,
+            layers_fd,
+        } => {
+            let tgt = in_newroot(target);
+            ensure_mountpoint(&tgt, true)?;
+            crate::worktree_mount::mount(
+                source,
+                &tgt,
+                layers,
+                *layers_fd,
+                attach.iter().find(|a| a.target == *source),
+            )
         }
         MountOp::Symlink { target, link } => {
             let at = in_newroot(target);

@@ -39,7 +39,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     )
     .at(Step::Internal)?;
     init::block_signals();
-    let attached: Vec<RawFd> = spec.mounts.attach.iter().map(|a| a.fd).collect();
+    let attached: Vec<RawFd> = spec.mounts.inherited_fds();
     let keep: Vec<RawFd> = spec.preserve_fds.iter().chain(&attached).copied().collect();
     close_stray_fds(sync, &keep).at(Step::Internal)?;
     let mut warnings = Vec::new();

@@ -126,6 +126,24 @@ pub struct MountPlan {
     pub attach: Vec<Attach>,
 }
 
+impl MountPlan {
+    /// The descriptors the plan's mounts use, inherited across the clone and kept open by the
+    /// shim until the mounts are made.
+    pub fn inherited_fds(&self) -> Vec<i32> {
+        let mut fds: Vec<i32> = self.attach.iter().map(|a| a.fd).collect();
+        for op in &self.ops {
+            if let MountOp::Worktree {
+                layers_fd: Some(fd),
+                ..
+            } = op
+            {
+                fds.push(*fd);
+            }
+        }
+        fds
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Attach {
     pub target: PathBuf,
@@ -161,6 +179,18 @@ pub enum MountOp {
     File { target: PathBuf, contents: String },
     /// A symlink in the (tmpfs) root: `target` -> `link`.
     Symlink { target: PathBuf, link: PathBuf },
+    /// `--worktree`: `source` (host directory, never written) at `target` as an overlay whose
+    /// upper and work directories are `layers/upper` and `layers/work`: what the sandbox
+    /// writes there is kept on the host (see `worktree_mount`). `layers_fd`: a detached copy
+    /// of `layers` the supervisor made (started as root, `layers` is out of the sandbox
+    /// user's reach by path).
+    Worktree {
+        source: PathBuf,
+        target: PathBuf,
+        layers: PathBuf,
+        #[serde(default)]
+        layers_fd: Option<i32>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

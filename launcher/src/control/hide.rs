@@ -65,6 +65,7 @@ fn visible_at(plan: &MountPlan, dir: &Path) -> Vec<PathBuf> {
                 }
             }
             MountOp::Tmpfs { target, .. }
+            | MountOp::Worktree { target, .. }
             | MountOp::Mask { target, .. }
             | MountOp::File { target, .. } => seen.retain(|p| !p.starts_with(target)),
             MountOp::Symlink { .. } => {}

@@ -55,7 +55,7 @@ pub fn looks_like_id(s: &str) -> bool {
 }
 
 /// A fresh random id.
-fn new_id() -> String {
+pub fn new_id() -> String {
     let mut bytes = [0u8; 4];
     // SAFETY: getrandom writes at most `len` bytes into the buffer.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };

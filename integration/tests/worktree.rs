@@ -1,0 +1,394 @@
+//! Copy-on-write worktrees (issue 14, item 4): `whole-process --worktree` lets the program
+//! change the project freely while the checkout stays byte for byte as it was (judged on the
+//! host); `diff` shows every change as a patch `git apply` takes; `apply` makes the checkout
+//! what the program saw, refuses as a whole when the checkout changed meanwhile or when a
+//! persistence surface is not named; `discard` leaves nothing on disk.
+//!
+//! Each test keeps its worktrees in a state directory of its own (`XDG_STATE_HOME`) under
+//! /var/cache/sandbox-launch-tests (worktrees are never kept in /tmp), removed at the end.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use integration::{command, explain, is_root, stderr, stdout, Caller, TempDir, CALLERS};
+
+const STATE_BASE: &str = "/var/cache/sandbox-launch-tests";
+
+/// One entry of a tree: type, permissions, contents (a symlink's target).
+type Tree = BTreeMap<PathBuf, (char, u32, Vec<u8>)>;
+
+/// Everything below `root`, `.git` included.
+fn snapshot(root: &Path) -> Tree {
+    fn walk(root: &Path, rel: &Path, out: &mut Tree) {
+        let mut names: Vec<_> = std::fs::read_dir(root.join(rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            let r = rel.join(&n);
+            let p = root.join(&r);
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mode = m.permissions().mode() & 0o7777;
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.insert(r, ('l', mode, t.into_os_string().into_encoded_bytes()));
+            } else if m.is_dir() {
+                out.insert(r.clone(), ('d', mode, Vec::new()));
+                walk(root, &r, out);
+            } else if m.is_file() {
+                out.insert(r, ('f', mode, std::fs::read(&p).unwrap()));
+            } else {
+                out.insert(r, ('s', mode, Vec::new()));
+            }
+        }
+    }
+    let mut out = Tree::new();
+    walk(root, Path::new(""), &mut out);
+    out
+}
+
+/// A test's project (a git repository with a commit) and its state directory.
+struct Setup {
+    project: TempDir,
+    state: TempDir,
+    caller: Caller,
+}
+
+fn git(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", explain(&out));
+    out
+}
+
+impl Setup {
+    fn new(caller: Caller, tag: &str) -> Setup {
+        let project = TempDir::new(&format!("wt-{tag}"));
+        project.write("src/a.txt", "hello\n");
+        project.write("src/nested/n.txt", "n\n");
+        project.write("gone.txt", "to be deleted\n");
+        project.write("olddir/x", "x\n");
+        project.write("olddir/y/z", "z\n");
+        project.write("keep.txt", "unchanged\n");
+        std::fs::write(project.join("bin.dat"), [0u8, 1, 2, 3, 0, 255]).unwrap();
+        project.give_to_sandbox_user(&project.join("bin.dat"));
+        git(&project.path, &["init", "-q"]);
+        git(&project.path, &["add", "-A"]);
+        git(&project.path, &["commit", "-qm", "init"]);
+        project.give_to_sandbox_user(&project.path);
+        std::fs::create_dir_all(STATE_BASE).unwrap();
+        let state = TempDir::new_in(STATE_BASE, &format!("wt-state-{tag}"));
+        // The store's directories are made by the caller (they must be the caller's own).
+        if caller == Caller::Invoker && is_root() {
+            std::os::unix::fs::chown(&state.path, Some(0), Some(0)).unwrap();
+        }
+        Setup {
+            project,
+            state,
+            caller,
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Output {
+        command(self.caller, &self.project.path, args)
+            .env("XDG_STATE_HOME", &self.state.path)
+            .output()
+            .expect("run sandbox-launch")
+    }
+
+    /// `whole-process --worktree --name NAME -- sh -c SCRIPT`.
+    fn run(&self, name: &str, script: &str) -> Output {
+        self.cmd(&[
+            "whole-process",
+            "--worktree",
+            "--name",
+            name,
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+    }
+
+    fn worktrees_dir(&self) -> PathBuf {
+        self.state.join("sandbox-launch/worktrees")
+    }
+
+    /// The kept worktrees' directories.
+    fn kept(&self) -> Vec<PathBuf> {
+        match std::fs::read_dir(self.worktrees_dir()) {
+            Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// What the program saw of the project (but `.git` and fifos), as `find` and `cksum` print it:
+/// the same script runs inside the sandbox and, after `apply`, on the host.
+const VIEW: &str =
+    "find . -path ./.git -prune -o ! -type p -printf '%y %m %p -> %l\\n' | LC_ALL=C sort; \
+                    find . -path ./.git -prune -o -type f -print | LC_ALL=C sort | xargs cksum";
+
+/// What the program does: every kind of change.
+const CHANGES: &str = "set -e; \
+    echo world >> src/a.txt; \
+    printf '\\000\\377binary\\000' > bin.dat; \
+    rm gone.txt; \
+    rm -r olddir; \
+    mkdir -p new/deep && printf 'fresh\\n' > new/deep/f; \
+    chmod 755 src/nested/n.txt; \
+    mkdir -p src/nested/emptydir; \
+    ln -s ../keep.txt src/link; \
+    mkfifo pipe; \
+    printf '#!/bin/sh\\necho planted\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+    echo ===VIEW===; ";
+
+#[test]
+fn worktree_leaves_the_checkout_untouched_and_apply_applies_what_the_program_saw() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "main");
+        let before = snapshot(&s.project.path);
+        let out = s.run("wt-main", &format!("{CHANGES}{VIEW}"));
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        let seen = stdout(&out)
+            .split("===VIEW===\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{}", explain(&out)))
+            .to_string();
+        assert!(seen.contains("./new/deep/f"), "{seen}");
+
+        // The checkout is byte for byte as it was, .git included.
+        assert_eq!(
+            snapshot(&s.project.path),
+            before,
+            "{caller:?}: the checkout changed"
+        );
+        assert_eq!(
+            stdout(&git(&s.project.path, &["status", "--porcelain"])),
+            ""
+        );
+        let kept = s.kept();
+        assert_eq!(kept.len(), 1, "{caller:?}: {kept:?}");
+        assert_eq!(
+            std::fs::metadata(s.worktrees_dir()).unwrap().mode() & 0o777,
+            0o700
+        );
+
+        // diff shows every change; git apply takes the project's part.
+        let d = s.cmd(&["diff", "wt-main"]);
+        assert!(d.status.success(), "{}", explain(&d));
+        let patch = stdout(&d);
+        for want in [
+            "diff --git a/src/a.txt b/src/a.txt",
+            "+world",
+            "diff --git a/bin.dat b/bin.dat",
+            "GIT binary patch",
+            "deleted file mode 100644",
+            "diff --git a/olddir/y/z b/olddir/y/z",
+            "diff --git a/new/deep/f b/new/deep/f\nnew file mode 100644",
+            "diff --git a/src/nested/n.txt b/src/nested/n.txt\nold mode 100644\nnew mode 100755",
+            "diff --git a/src/link b/src/link\nnew file mode 120000",
+            "# pipe: a fifo",
+            "# persistence surface, not applied unless named (apply --include-persistence .git/hooks/pre-commit)",
+            "+echo planted",
+        ] {
+            assert!(patch.contains(want), "{caller:?}: no {want:?} in\n{patch}");
+        }
+        assert!(
+            stderr(&d).contains(".git/hooks/pre-commit"),
+            "{}",
+            explain(&d)
+        );
+        let copy = TempDir::new("wt-copy");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", s.project.path.display()))
+            .arg(&copy.path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let project_part = patch.split("# persistence surface").next().unwrap();
+        std::fs::write(copy.join("p.patch"), project_part).unwrap();
+        git(&copy.path, &["apply", "--check", "p.patch"]);
+
+        // Not named, the planted hook refuses the whole apply: nothing changes.
+        let a = s.cmd(&["apply", "wt-main"]);
+        assert_eq!(a.status.code(), Some(1), "{}", explain(&a));
+        assert!(
+            stderr(&a).contains("--include-persistence"),
+            "{}",
+            explain(&a)
+        );
+        assert_eq!(
+            snapshot(&s.project.path),
+            before,
+            "a refused apply changed the checkout"
+        );
+
+        // Applied without it: the checkout is what the program saw; the hook is not there.
+        let a = s.cmd(&["apply", "wt-main", "--skip-persistence"]);
+        assert!(a.status.success(), "{caller:?}: {}", explain(&a));
+        let host_view = Command::new("/bin/sh")
+            .args(["-c", VIEW])
+            .current_dir(&s.project.path)
+            .output()
+            .unwrap();
+        assert_eq!(
+            stdout(&host_view),
+            seen,
+            "{caller:?}: the checkout after apply"
+        );
+        assert!(!s.project.join(".git/hooks/pre-commit").exists());
+        assert!(!s.project.join("pipe").exists());
+        assert_eq!(
+            std::fs::read_link(s.project.join("src/link")).unwrap(),
+            Path::new("../keep.txt")
+        );
+
+        // Named, it is applied too.
+        let a = s.cmd(&[
+            "apply",
+            "wt-main",
+            "--include-persistence",
+            ".git/hooks/pre-commit",
+        ]);
+        assert!(a.status.success(), "{}", explain(&a));
+        assert!(
+            stderr(&a).contains("warning: applying persistence surface"),
+            "{}",
+            explain(&a)
+        );
+        assert!(
+            std::fs::read_to_string(s.project.join(".git/hooks/pre-commit"))
+                .unwrap()
+                .contains("planted")
+        );
+
+        // discard leaves nothing.
+        let d = s.cmd(&["discard", "wt-main"]);
+        assert!(d.status.success(), "{}", explain(&d));
+        assert!(s.kept().is_empty(), "{:?}", s.kept());
+        let l = s.cmd(&["worktrees", "--json"]);
+        assert_eq!(stdout(&l).trim(), "[]", "{}", explain(&l));
+    }
+}
+
+#[test]
+fn apply_refuses_a_checkout_changed_meanwhile_and_changes_nothing() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "conflict");
+        let out = s.run(
+            "wt-conflict",
+            "echo inside >> src/a.txt && echo new > b.txt && echo m > keep.txt",
+        );
+        assert!(out.status.success(), "{}", explain(&out));
+        // The host edits a file the program changed, and creates one it created.
+        std::fs::write(s.project.join("src/a.txt"), "edited on the host\n").unwrap();
+        std::fs::write(s.project.join("b.txt"), "host's own\n").unwrap();
+        let before = snapshot(&s.project.path);
+        let a = s.cmd(&["apply", "wt-conflict"]);
+        assert_eq!(a.status.code(), Some(1), "{}", explain(&a));
+        let e = stderr(&a);
+        assert!(
+            e.contains("src/a.txt: changed on the host since the launch"),
+            "{e}"
+        );
+        assert!(
+            e.contains("b.txt: created on the host since the launch"),
+            "{e}"
+        );
+        assert_eq!(
+            snapshot(&s.project.path),
+            before,
+            "{caller:?}: a refused apply wrote"
+        );
+
+        // The allowed twin: with the host's changes undone, the same apply goes through.
+        let s2 = Setup::new(caller, "conflict-free");
+        let out = s2.run("wt-free", "echo inside >> src/a.txt && echo new > b.txt");
+        assert!(out.status.success(), "{}", explain(&out));
+        let a = s2.cmd(&["apply", "wt-free"]);
+        assert!(a.status.success(), "{}", explain(&a));
+        assert_eq!(
+            std::fs::read_to_string(s2.project.join("src/a.txt")).unwrap(),
+            "hello\ninside\n"
+        );
+        for (s, n) in [(&s, "wt-conflict"), (&s2, "wt-free")] {
+            assert!(s.cmd(&["discard", n]).status.success());
+            assert!(s.kept().is_empty());
+        }
+    }
+}
+
+#[test]
+fn apply_follows_no_symlink_out_of_the_checkout() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "links");
+        let outside = TempDir::new("wt-outside");
+        // The program writes below a directory, and a symlink pointing out of the checkout.
+        let out = s.run(
+            "wt-links",
+            &format!(
+                "echo inside > src/nested/new.txt && ln -s {} escape",
+                outside.path.display()
+            ),
+        );
+        assert!(out.status.success(), "{}", explain(&out));
+        // Meanwhile the checkout's directory is swapped for a symlink to the outside.
+        std::fs::rename(s.project.join("src/nested"), s.project.join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside.path, s.project.join("src/nested")).unwrap();
+        let a = s.cmd(&["apply", "wt-links"]);
+        assert_eq!(a.status.code(), Some(1), "{}", explain(&a));
+        assert!(
+            std::fs::read_dir(&outside.path).unwrap().next().is_none(),
+            "{caller:?}: apply wrote outside the checkout"
+        );
+        // Put back, the apply places the program's symlink as a symlink.
+        std::fs::remove_file(s.project.join("src/nested")).unwrap();
+        std::fs::rename(s.project.join("moved"), s.project.join("src/nested")).unwrap();
+        let a = s.cmd(&["apply", "wt-links"]);
+        assert!(a.status.success(), "{}", explain(&a));
+        assert_eq!(
+            std::fs::read_link(s.project.join("escape")).unwrap(),
+            outside.path
+        );
+        assert!(std::fs::read_dir(&outside.path).unwrap().next().is_none());
+        assert!(s.cmd(&["discard", "wt-links"]).status.success());
+    }
+}
+
+#[test]
+fn worktrees_are_not_kept_in_tmp() {
+    let s = Setup::new(Caller::Unprivileged, "tmp-state");
+    let out = command(
+        Caller::Unprivileged,
+        &s.project.path,
+        &["whole-process", "--worktree", "--", "/bin/true"],
+    )
+    .env("XDG_STATE_HOME", "/tmp/somewhere")
+    .output()
+    .unwrap();
+    assert!(!out.status.success(), "{}", explain(&out));
+    assert!(
+        stderr(&out).contains("set XDG_STATE_HOME"),
+        "{}",
+        explain(&out)
+    );
+    assert!(!Path::new("/tmp/somewhere").exists());
+}
