@@ -229,9 +229,8 @@ fn an_agent_completes_a_sandboxed_tool_call(agent: Agent, callers: &[Caller], ve
         );
         let result = probe_result(&mock, &out);
         assert_probe_ran_inside(&f, caller, &result.output, &context);
-        // The agent's own configuration stays as it was on the host; its state is written
-        // (when HOME inside is the test's: started as root, the launcher may give the
-        // sandbox user another HOME).
+        // The agent's own configuration stays as it was on the host; its state is written.
+        let context = format!("{context}\n--- tool result\n{}", result.output);
         assert_eq!(
             field(&result.output, "config"),
             Some("refused"),
