@@ -16,8 +16,9 @@
 //! **Detection** cannot be fooled into *fewer* layers: nested mode needs the kernel's facts that
 //! only a confined process has — a seccomp filter (mode 2) and no_new_privs — and the outer
 //! sandbox's registration socket in its `/dev`, which only the sandbox (or root, on a host)
-//! can make; an environment variable alone proves nothing. The inside cannot forge a widening:
-//! whatever it claims, the outer layers hold.
+//! can make, served by PID 1 (checked when registering); an environment variable alone proves
+//! nothing. The inside cannot forge a widening: whatever it claims, the outer layers hold, and
+//! a launcher that does not detect nesting tries namespaces, which the outer filter refuses.
 
 mod child;
 mod landlock;
@@ -56,15 +57,6 @@ pub fn detect() -> bool {
     };
     let socket = std::fs::symlink_metadata(SOCKET).is_ok_and(|m| m.file_type().is_socket());
     field("Seccomp:") == "2" && field("NoNewPrivs:") == "1" && socket
-}
-
-/// Whether this process is already under a seccomp filter with no_new_privs — inside some
-/// sandbox or a container's profile (for messages).
-pub fn confined() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .any(|l| l.starts_with("Seccomp:") && l.ends_with('2'))
 }
 
 fn policy_error(e: impl std::fmt::Display) -> StepError {
@@ -249,7 +241,9 @@ fn plan(
     }
     for fd in 0..=2 {
         if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
-            if p.is_absolute() && !persist.roots.contains(&p) {
+            // Files and devices only (as the Landlock layer grants them): a directory passed as
+            // a standard descriptor would make a whole tree writable.
+            if p.is_absolute() && !p.is_dir() && !persist.roots.contains(&p) {
                 persist.roots.push(p);
             }
         }
