@@ -222,7 +222,8 @@ fn op_target(op: &shim::spec::MountOp) -> &Path {
         | Tmpfs { target, .. }
         | Mask { target, .. }
         | File { target, .. }
-        | Symlink { target, .. } => target,
+        | Symlink { target, .. }
+        | Worktree { target, .. } => target,
     }
 }
 
