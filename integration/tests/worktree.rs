@@ -392,3 +392,77 @@ fn worktrees_are_not_kept_in_tmp() {
     );
     assert!(!Path::new("/tmp/somewhere").exists());
 }
+
+#[test]
+fn the_program_cannot_forge_overlay_records_or_reach_its_upper_layer() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "forge");
+        let store = s.worktrees_dir();
+        // Through the overlay: an opaque mark on src (which would read as "everything in src
+        // deleted"), a whiteout device over keep.txt, and the store itself.
+        let script = format!(
+            "python3 -c 'import os; os.setxattr(\"src\", \"user.overlay.opaque\", b\"y\")' 2>/dev/null; \
+             mknod keep.txt c 0 0 2>/dev/null; \
+             echo x > src/added; \
+             if ls {0} >/dev/null 2>&1; then echo STORE-VISIBLE; fi; \
+             if echo y > {0}/planted 2>/dev/null; then echo STORE-WRITABLE; fi; true",
+            store.display()
+        );
+        let out = s.run("wt-forge", &script);
+        assert!(out.status.success(), "{}", explain(&out));
+        assert!(
+            !stdout(&out).contains("STORE-"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let d = s.cmd(&["diff", "wt-forge"]);
+        assert!(d.status.success(), "{}", explain(&d));
+        let patch = stdout(&d);
+        assert!(patch.contains("b/src/added"), "{patch}");
+        assert!(
+            !patch.contains("deleted file"),
+            "{caller:?}: a forged record read as a deletion:\n{patch}"
+        );
+        let a = s.cmd(&["apply", "wt-forge"]);
+        assert!(a.status.success(), "{}", explain(&a));
+        assert_eq!(
+            std::fs::read_to_string(s.project.join("src/a.txt")).unwrap(),
+            "hello\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.project.join("keep.txt")).unwrap(),
+            "unchanged\n"
+        );
+        assert!(s.cmd(&["discard", "wt-forge"]).status.success());
+    }
+}
+
+#[test]
+fn started_as_root_a_checkout_of_another_owner_is_the_idmapped_lower_layer() {
+    if !is_root() {
+        return; // only root starts with another user's checkout idmapped
+    }
+    let s = Setup::new(Caller::Invoker, "idmapped");
+    let status = Command::new("chown")
+        .args(["-R", "0:0"])
+        .arg(&s.project.path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let before = snapshot(&s.project.path);
+    let out = s.run(
+        "wt-idmapped",
+        "echo more >> src/a.txt && echo n > new.txt && id -u",
+    );
+    assert!(out.status.success(), "{}", explain(&out));
+    assert_eq!(stdout(&out).trim(), "65534");
+    assert_eq!(snapshot(&s.project.path), before);
+    let a = s.cmd(&["apply", "wt-idmapped"]);
+    assert!(a.status.success(), "{}", explain(&a));
+    assert_eq!(
+        std::fs::read_to_string(s.project.join("src/a.txt")).unwrap(),
+        "hello\nmore\n"
+    );
+    assert!(s.cmd(&["discard", "wt-idmapped"]).status.success());
+    assert!(s.kept().is_empty());
+}

@@ -97,14 +97,19 @@ pub fn diff(target: &str) -> i32 {
 fn summary(w: &Worktree, all: &[Change]) {
     let files = all
         .iter()
-        .filter(|c| c.class == Class::Ordinary && !matches!(c.op, Op::Special { .. }))
+        .filter(|c| c.class == Class::Ordinary)
+        .filter(|c| match &c.op {
+            Op::Special { .. } | Op::DirMode { .. } => false,
+            Op::Add { new: s } | Op::Delete { old: s } => s.kind != beneath::Kind::Dir,
+            Op::Modify { .. } => true,
+        })
         .count();
     let surfaces: Vec<&Change> = all
         .iter()
         .filter(|c| matches!(c.class, Class::Persistence(_)))
         .collect();
     eprintln!(
-        "sandbox-launch: worktree {} of {}: {files} changes to the project's files, {} to persistence surfaces",
+        "sandbox-launch: worktree {} of {}: {files} files changed, {} persistence surfaces",
         w.label(),
         w.meta.project.display(),
         surfaces.len()
