@@ -466,3 +466,98 @@ fn started_as_root_a_checkout_of_another_owner_is_the_idmapped_lower_layer() {
     assert!(s.cmd(&["discard", "wt-idmapped"]).status.success());
     assert!(s.kept().is_empty());
 }
+
+#[test]
+fn git_inside_the_worktree_commits_there_and_apply_brings_the_files_only() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "gitin");
+        let head = std::fs::read(s.project.join(".git/HEAD")).unwrap();
+        let log_before = stdout(&git(&s.project.path, &["log", "--format=%H"]));
+        let out = s.run(
+            "wt-gitin",
+            "echo committed >> src/a.txt && git add -A && \
+             git -c user.name=a -c user.email=a@a commit -qm inside && git log --format=%s -1",
+        );
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert_eq!(stdout(&out).trim(), "inside");
+        let d = s.cmd(&["diff", "wt-gitin"]);
+        let patch = stdout(&d);
+        assert!(patch.contains("+committed"), "{patch}");
+        assert!(patch.contains("# git directories:"), "{patch}");
+        assert!(
+            !patch.contains("a/.git/"),
+            "{caller:?}: repository state in the patch:\n{patch}"
+        );
+        let a = s.cmd(&["apply", "wt-gitin"]);
+        assert!(a.status.success(), "{}", explain(&a));
+        assert_eq!(
+            std::fs::read_to_string(s.project.join("src/a.txt")).unwrap(),
+            "hello\ncommitted\n"
+        );
+        // The host's repository is as it was: the change is in the working tree.
+        assert_eq!(std::fs::read(s.project.join(".git/HEAD")).unwrap(), head);
+        assert_eq!(
+            stdout(&git(&s.project.path, &["log", "--format=%H"])),
+            log_before
+        );
+        assert_eq!(
+            stdout(&git(&s.project.path, &["status", "--porcelain"])),
+            " M src/a.txt\n"
+        );
+        assert!(s.cmd(&["discard", "wt-gitin"]).status.success());
+    }
+}
+
+#[test]
+fn apply_and_discard_wait_for_the_sandbox_to_end() {
+    let s = Setup::new(Caller::Unprivileged, "running");
+    let mut child = command(
+        Caller::Unprivileged,
+        &s.project.path,
+        &[
+            "whole-process",
+            "--worktree",
+            "--name",
+            "wt-running",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo a > started; sleep 60",
+        ],
+    )
+    .env("XDG_STATE_HOME", &s.state.path)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !s
+        .kept()
+        .first()
+        .is_some_and(|w| w.join("layers/upper/started").exists())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for op in ["apply", "discard"] {
+        let o = s.cmd(&[op, "wt-running"]);
+        assert_eq!(o.status.code(), Some(1), "{op}: {}", explain(&o));
+        assert!(
+            stderr(&o).contains("still in use by a running sandbox"),
+            "{}",
+            explain(&o)
+        );
+    }
+    assert!(!s.project.join("started").exists());
+    // The launcher killed: the worktree is kept, and now free.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let a = s.cmd(&["apply", "wt-running"]);
+    assert!(a.status.success(), "{}", explain(&a));
+    assert!(s.project.join("started").exists());
+    assert!(s.cmd(&["discard", "wt-running"]).status.success());
+    assert!(s.kept().is_empty());
+}
