@@ -95,6 +95,25 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
             "sandbox-launch: warning: --name: a nested sandbox has no control socket of its own"
         );
     }
+    if args.prompts {
+        eprintln!(
+            "sandbox-launch: warning: --prompts: a nested sandbox has no control socket to ask \
+             on; its denials are final"
+        );
+    }
+    if args.worktree {
+        // The overlay is a mount, which no process inside a sandbox can make: without it the
+        // program would write the checkout itself.
+        return supervisor::fail(
+            &mut status,
+            &StepError::new(
+                Step::Mounts,
+                "--worktree: a nested sandbox cannot mount the copy-on-write overlay (no mount \
+                 can be made inside a sandbox)",
+                Some("give --worktree to the outer sandbox"),
+            ),
+        );
+    }
     let nested = match plan(args, argv, events) {
         Ok(n) => n,
         Err(e) => return supervisor::fail(&mut status, &e),
