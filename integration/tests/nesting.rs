@@ -356,6 +356,21 @@ fn exit_codes_and_signals_pass_through_both_launchers() {
             "{caller:?}: {}",
             explain(&out)
         );
+        // The inner --timeout ends the program and what it left behind.
+        let out = nested(
+            caller,
+            &dir,
+            &dir.path,
+            &[],
+            &["--timeout", "1s"],
+            "sleep 60 & sleep 60",
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(124),
+            "{caller:?}: {}",
+            explain(&out)
+        );
 
         // SIGTERM to the outer launcher reaches the inner program, which says so and exits 42.
         let mut child = nested_command(
