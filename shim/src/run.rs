@@ -52,6 +52,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     let mut landlock_spec = spec.landlock.clone();
     let nest_socket = match create_guard::nested::bind(std::path::Path::new("/")) {
         Ok(sock) => {
+            // Connecting to it is a Landlock right of its own from ABI 9 (unix sockets).
             landlock_spec.rules.push(crate::spec::LandlockRule {
                 path: create_guard::nested::SOCKET.into(),
                 access: crate::spec::Access::Write,
