@@ -405,6 +405,40 @@ network_policies:
 }
 
 #[test]
+fn a_binary_named_by_a_symlink_is_allowed_as_the_program_it_leads_to() {
+    // /usr/bin/python3 is a symlink (to python3.11 here); the kernel names the target as the
+    // program. The twin: curl, not named, is refused.
+    let python = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    assert_ne!(
+        python,
+        std::path::Path::new("/usr/bin/python3"),
+        "not a symlink here"
+    );
+    let server = HostServer::start();
+    for caller in CALLERS {
+        let work = TempDir::new("net-binlink");
+        let policy = openshell_policy(&work, server.port, "", "      - path: /usr/bin/python3\n");
+        let p = server.port;
+        let script = format!(
+            "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://allowed.test:{p}/by-python\").read().decode())'
+curl -fsS --max-time 10 http://allowed.test:{p}/by-curl; echo curl=$?"
+        );
+        let opts = ["--policy", &policy, "--resolve", "allowed.test:127.0.0.1"];
+        let out = sh(caller, &work.path, &opts, &script);
+        let text = stdout(&out);
+        let ctx = || format!("{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("hello-from-host path=/by-python"),
+            "{}",
+            ctx()
+        );
+        assert!(server.saw("/by-python"), "{}", ctx());
+        assert!(text.contains("curl=22"), "{}", ctx());
+        assert!(!server.saw("/by-curl"), "{}", ctx());
+    }
+}
+
+#[test]
 fn openshell_binaries_allow_the_named_program_and_refuse_others() {
     let server = HostServer::start();
     for caller in CALLERS {

@@ -197,16 +197,41 @@ fn domain_rule(d: &Sourced<String>, flag: &str, kind: &str, deny: bool) -> Resul
     })
 }
 
+/// The program a literal binary path names when a symlink leads to it (`/usr/bin/python3` ->
+/// `python3.11`, or `/bin/curl` with `/bin` -> `usr/bin`), as a glob matching that path only:
+/// the kernel names the target as the executable, so the target is allowed next to the path as
+/// written (OpenShell does the same). Resolved when the rules are compiled, on the host; the
+/// sandbox sees system directories at the same paths. Globs are not resolved.
+fn symlink_target(path: &str) -> Option<String> {
+    if !path.starts_with('/') || path.bytes().any(|b| b"*?[]{}\\".contains(&b)) {
+        return None;
+    }
+    let target = std::fs::canonicalize(path).ok()?;
+    let target = target.to_str()?;
+    (target != path).then(|| {
+        target
+            .chars()
+            .flat_map(|c| match "*?[]{}\\,".contains(c) {
+                true => vec!['\\', c],
+                false => vec![c],
+            })
+            .collect()
+    })
+}
+
 fn endpoint_rule(label: String, rule: &NetworkRule, ep: &Endpoint) -> Result<Rule> {
     let pattern = HostPattern::parse_endpoint(&ep.host)?;
     let binaries = if rule.binaries.is_empty() {
         None
     } else {
-        let globs = rule
-            .binaries
-            .iter()
-            .map(|g| Glob::new(g, b'/').with_context(|| format!("binary glob `{g}`")))
-            .collect::<Result<_>>()?;
+        let mut globs = Vec::new();
+        for g in &rule.binaries {
+            globs.push(Glob::new(g, b'/').with_context(|| format!("binary glob `{g}`"))?);
+            if let Some(target) = symlink_target(g) {
+                let glob = Glob::new(&target, b'/');
+                globs.push(glob.with_context(|| format!("`{g}` leads to `{target}`"))?);
+            }
+        }
         Some(Binaries {
             globs,
             written: rule.binaries.clone(),

@@ -625,3 +625,38 @@ fn a_request_is_decided_as_every_method_it_asks_to_be_taken_for() {
         audited.reason
     );
 }
+
+#[test]
+fn a_binary_path_that_is_a_symlink_also_allows_the_program_it_leads_to() {
+    // The kernel names `/usr/bin/python3.11` when `/usr/bin/python3` (a symlink) runs.
+    let dir = std::env::temp_dir().join(format!("sl-binlink-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("real")).unwrap();
+    std::fs::write(dir.join("real/tool-1.0"), "").unwrap();
+    std::fs::write(dir.join("real/other"), "").unwrap();
+    std::os::unix::fs::symlink("tool-1.0", dir.join("real/tool")).unwrap();
+    std::os::unix::fs::symlink("real", dir.join("bin")).unwrap();
+    let real = std::fs::canonicalize(dir.join("real")).unwrap();
+    let verdict = |written: &str, exe: &std::path::Path| {
+        let d = openshell(vec![endpoint("api.test", &[443])], &[written]);
+        let exe = program(exe.to_str().unwrap(), &[]);
+        d.decide(&host("api.test"), 443, Some(&exe), Channel::Tunnel)
+            .verdict
+    };
+    let tool = dir.join("real/tool");
+    let via_dir = dir.join("bin/tool-1.0");
+    for written in [&tool, &via_dir] {
+        let written = written.to_str().unwrap();
+        assert_eq!(verdict(written, &real.join("tool-1.0")), Verdict::Allow);
+        // The path as written still counts (another view may not resolve it the same way).
+        assert_eq!(
+            verdict(written, std::path::Path::new(written)),
+            Verdict::Allow
+        );
+        // The twin: another program in the same directory is not let through.
+        assert_eq!(verdict(written, &real.join("other")), Verdict::Deny);
+    }
+    // A glob is matched as written, never resolved.
+    let glob = format!("{}/bin/*", dir.display());
+    assert_eq!(verdict(&glob, &real.join("tool-1.0")), Verdict::Deny);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
