@@ -163,6 +163,12 @@ true";
         assert!(out.status.success(), "{caller:?}: {}", explain(&out));
         assert!(!s.contains("secret"), "{caller:?}: {}", explain(&out));
         assert!(has_line(&out, "open-text"), "{caller:?}: {}", explain(&out));
+        // What the split costs is said.
+        assert!(
+            integration::stderr(&out).contains("Landlock cannot take it out of the writable tree"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
         assert_eq!(
             std::fs::read_to_string(&env).unwrap(),
             "TOKEN=env-secret\n",

@@ -249,6 +249,7 @@ fn plan(
             )
         })?;
     let layer = landlock::plan(abi, &rules, &denied, net.tcp_connect.clone());
+    warn_splits(&rules, &deny_read, &mut warnings);
 
     let mut persist = layout.persist.clone();
     // Strict in the outer guard: outside these nothing is written. The plan's writable and
@@ -305,6 +306,40 @@ fn plan(
         warnings,
         policy,
     })
+}
+
+/// A `--deny-read` inside a writable tree splits it (see `landlock`): what appears later
+/// directly in a directory on the way to the denied path can be written, not read back. Said,
+/// with what to do instead.
+fn warn_splits(
+    rules: &[shim::spec::LandlockRule],
+    deny_read: &[PathBuf],
+    warnings: &mut Vec<String>,
+) {
+    for d in deny_read {
+        let Some(tree) = rules
+            .iter()
+            .filter(|r| r.access == Access::Write && d.starts_with(&r.path) && *d != r.path)
+            .map(|r| &r.path)
+            .next()
+        else {
+            continue;
+        };
+        let way: Vec<String> = d
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.starts_with(tree))
+            .map(|a| a.display().to_string())
+            .collect();
+        warnings.push(format!(
+            "--deny-read {}: nested, Landlock cannot take it out of the writable tree {}; files \
+             made later directly in {} can be written but not read back by the program (give \
+             --deny-read to the outer sandbox, which masks it)",
+            d.display(),
+            tree.display(),
+            way.join(", ")
+        ));
+    }
 }
 
 /// cgroup limits need a group of the sandbox's own, which a nested one cannot make: refused
