@@ -561,3 +561,36 @@ fn apply_and_discard_wait_for_the_sandbox_to_end() {
     assert!(s.cmd(&["discard", "wt-running"]).status.success());
     assert!(s.kept().is_empty());
 }
+
+#[test]
+fn the_events_stream_names_the_worktree() {
+    let s = Setup::new(Caller::Unprivileged, "events");
+    let events = s.state.join("events.jsonl");
+    std::fs::write(&events, "").unwrap();
+    s.state.give_to_sandbox_user(&events);
+    let out = s.cmd(&[
+        "whole-process",
+        "--worktree",
+        "--name",
+        "wt-events",
+        "--events",
+        events.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo x > f",
+    ]);
+    assert!(out.status.success(), "{}", explain(&out));
+    let line = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["event"] == "worktree")
+        .unwrap_or_else(|| panic!("no worktree event: {}", explain(&out)));
+    let kept = s.kept();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(line["name"], "wt-events");
+    assert_eq!(line["dir"], kept[0].to_str().unwrap());
+    assert_eq!(line["checkout"], s.project.path.to_str().unwrap());
+    assert!(s.cmd(&["discard", "wt-events"]).status.success());
+}

@@ -573,7 +573,13 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     }
     let worktree = if args.worktree {
         match start_worktree(args, &mut prepared, registration.as_ref()) {
-            Ok(w) => Some(w),
+            Ok(w) => {
+                status.emit(
+                    json!({"status": "worktree", "id": w.meta.id, "name": w.meta.name,
+                    "dir": w.dir, "checkout": w.meta.project}),
+                );
+                Some(w)
+            }
             Err(e) => return supervisor::fail(&mut status, &e),
         }
     } else {

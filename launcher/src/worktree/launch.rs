@@ -101,7 +101,7 @@ pub fn prepare(
         manifest::record(&project, &worktree.base()).map_err(|e| {
             err(
                 format!("recording the checkout: {e:#}"),
-                "every directory of the checkout must be readable",
+                "the checkout must be readable",
             )
         })?;
         // The overlay's top directory has the upper directory's permissions: the checkout's

@@ -102,8 +102,16 @@ pub fn record(root: &Path, out: &Path) -> Result<usize> {
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir = root.join(&rel);
-        let entries = std::fs::read_dir(&dir)
-            .with_context(|| format!("cannot read {} (recording the checkout)", dir.display()))?;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            // Unreadable here is unreadable inside too: nothing below it can change.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => continue,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("cannot read {} (recording the checkout)", dir.display())
+                })
+            }
+        };
         let mut names: Vec<_> = entries.flatten().map(|e| e.file_name()).collect();
         names.sort();
         for name in names {
