@@ -490,6 +490,42 @@ sleep 0.3; touch from-outer; echo outer=$?; wait",
 }
 
 #[test]
+fn a_deep_chain_of_processes_stays_in_its_nested_sandbox() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-deep");
+        let work = dir.mkdir("work");
+        let inner_dir = dir.mkdir("work/inner");
+        // Each level is a shell waiting for the next (`; true` keeps it from exec'ing it):
+        // the write at the bottom comes from a process 300 parents below the registrant.
+        dir.write(
+            "work/inner/deep.sh",
+            "if [ \"$1\" -gt 0 ]; then sh ./deep.sh $(($1-1)) \"$2\"; true
+else echo deep > \"$2\"; echo \"$2=$?\"; fi\n",
+        );
+        let bin = inner_launcher(&dir);
+        let script = format!(
+            "{bin} whole-process --cwd {inner} -- /bin/sh -c 'sh ./deep.sh 300 ../escaped; sh ./deep.sh 300 inside'",
+            bin = bin.display(),
+            inner = inner_dir.display()
+        );
+        let out = integration::sh(caller, &work, &[], &script);
+        // The twin: at that depth the inner writable tree is written.
+        assert!(has_line(&out, "inside=0"), "{caller:?}: {}", explain(&out));
+        assert!(inner_dir.join("inside").exists());
+        assert!(
+            !has_line(&out, "../escaped=0"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !work.join("escaped").exists(),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+#[test]
 fn an_inner_network_none_reaches_nothing_the_outer_allows() {
     for caller in CALLERS {
         let server = HostServer::start();

@@ -185,7 +185,7 @@ impl Handler {
         // SAFETY: umask has no memory-safety preconditions.
         unsafe { libc::umask(self.targets.umask(tid)) };
         if let Some(nests) = &self.nests {
-            *self.nested.borrow_mut() = nests.for_task(tid);
+            *self.nested.borrow_mut() = nests.for_task(tid)?;
         }
         self.perform(tid, request)
     }

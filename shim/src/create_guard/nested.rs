@@ -20,7 +20,7 @@
 //! no_new_privs facts, is how a launcher tells that it runs inside a sandbox.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -135,53 +135,82 @@ impl Registry {
     }
 
     /// The registrations whose subtree holds thread `tid` (none, almost always: then nothing
-    /// is read from /proc).
-    pub fn for_task(&self, tid: libc::pid_t) -> Vec<Arc<Entry>> {
+    /// is read from /proc). `Err` when its ancestry could not be read consistently — the
+    /// operation is then refused: a registration that is missed would widen its subtree.
+    pub fn for_task(&self, tid: libc::pid_t) -> Result<Vec<Arc<Entry>>, Errno> {
         let entries: Vec<Arc<Entry>> = {
             let Ok(mut all) = self.entries.lock() else {
-                return Vec::new();
+                return Err(Errno::EACCES);
             };
             all.retain(|e| e.alive());
             all.clone()
         };
         if entries.is_empty() {
-            return entries;
+            return Ok(entries);
         }
-        let mut found = Vec::new();
-        let mut pid = status_field(tid, "Tgid:").unwrap_or(tid);
-        for _ in 0..256 {
-            found.extend(entries.iter().filter(|e| e.pid == pid).cloned());
-            match status_field(pid, "PPid:") {
-                Some(parent) if parent > 0 && parent != pid => pid = parent,
-                _ => break,
-            }
-        }
-        found
+        let chain = (0..ANCESTRY_ATTEMPTS)
+            .find_map(|_| ancestry(tid))
+            .ok_or(Errno::EACCES)?;
+        Ok(entries
+            .into_iter()
+            .filter(|e| chain.contains(&e.pid))
+            .collect())
     }
 
-    fn add(&self, pid: libc::pid_t, persist: &PersistSpec) -> Result<(), String> {
-        // SAFETY: pidfd_open with a pid and no flags.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return Err(format!("pidfd_open({pid}) => {}", Errno::last()));
-        }
-        // SAFETY: a descriptor just returned to us.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    /// Register `persist` for the process `pidfd` refers to (pid `pid`, as long as it lives).
+    fn add(&self, pid: libc::pid_t, pidfd: OwnedFd, persist: &PersistSpec) -> Result<(), String> {
         let mut all = self.entries.lock().map_err(|_| "registry poisoned")?;
         all.retain(|e| e.alive());
+        let entry = Arc::new(Entry {
+            pid,
+            pidfd,
+            rules: Rules::new(persist),
+            denied: persist.denied.clone(),
+        });
+        // Gone already: its pid may be another process's by now, which must not be narrowed.
+        if !entry.alive() {
+            return Err(format!("the registrant (pid {pid}) has exited"));
+        }
         if all.len() >= MAX_ENTRIES {
             return Err(format!(
                 "{MAX_ENTRIES} nested sandboxes at once is the limit"
             ));
         }
-        all.push(Arc::new(Entry {
-            pid,
-            pidfd,
-            rules: Rules::new(persist),
-            denied: persist.denied.clone(),
-        }));
+        all.push(entry);
         Ok(())
     }
+}
+
+/// How often an ancestry read that the process tree changed under is tried again.
+const ANCESTRY_ATTEMPTS: usize = 8;
+/// No chain of parents is longer (a pid namespace holds fewer processes): a longer walk is a
+/// tree changing under it, and is given up (the operation is refused).
+const MAX_DEPTH: usize = 1 << 22;
+
+/// The process of thread `tid` and all its ancestors up to the top of the sandbox's pid
+/// namespace, or `None` when they could not be read as one consistent chain. Every step is
+/// checked: a parent's status is trusted only if the child still names it as its parent once
+/// it has been read (a parent that exits first has its children reparented, and its pid may be
+/// reused by an unrelated process) — a chain that skipped or misread a link would leave out the
+/// registrations above it. There is no depth limit but the pid namespace's size: a deeper
+/// chain of processes must not walk its writes out of a registrant's subtree.
+fn ancestry(tid: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+    let mut pid = status_field(tid, "Tgid:")?;
+    let mut parent = status_field(pid, "PPid:")?;
+    let mut chain = vec![pid];
+    while parent > 0 && parent != pid {
+        if chain.len() >= MAX_DEPTH {
+            return None;
+        }
+        let grandparent = status_field(parent, "PPid:")?;
+        if status_field(pid, "PPid:")? != parent {
+            return None;
+        }
+        chain.push(parent);
+        pid = parent;
+        parent = grandparent;
+    }
+    Some(chain)
 }
 
 /// A numeric field of `/proc/<pid>/status`.
@@ -261,12 +290,19 @@ fn register(conn: &OwnedFd, registry: &Registry) -> Registered {
         Ok(c) => c.pid(),
         Err(e) => return fail(format!("SO_PEERCRED => {e}")),
     };
+    // The peer's pidfd, taken by the kernel when it connected: a pidfd opened from its pid
+    // later could be another process's, should the peer have exited and its pid been reused
+    // (a registration must narrow the registrant's subtree only).
+    let pidfd = match peer_pidfd(conn) {
+        Ok(fd) => fd,
+        Err(e) => return fail(format!("SO_PEERPIDFD => {e}")),
+    };
     let request: Register = match crate::channel::recv(conn.as_raw_fd()) {
         Ok(Some((r, _fds))) => r,
         Ok(None) => return fail("no request".into()),
         Err(e) => return fail(format!("{e:#}")),
     };
-    match registry.add(peer, &request.persist) {
+    match registry.add(peer, pidfd, &request.persist) {
         Ok(()) => Registered {
             ok: true,
             guarded: registry.guarded,
@@ -276,10 +312,40 @@ fn register(conn: &OwnedFd, registry: &Registry) -> Registered {
     }
 }
 
+/// The pidfd of the process that connected on `conn` (Linux 6.5).
+fn peer_pidfd(conn: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into an int of the size given.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 || fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just installed for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::ProtectRule;
+    use std::os::fd::RawFd;
+
+    fn pidfd(pid: libc::pid_t) -> OwnedFd {
+        // SAFETY: pidfd_open of a child or of this process.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        assert!(fd >= 0);
+        // SAFETY: just returned.
+        unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+    }
 
     fn entry(roots: &[&str], protected: &[&str]) -> Entry {
         // SAFETY: pidfd_open of this process.
@@ -349,6 +415,7 @@ mod tests {
         registry
             .add(
                 me,
+                pidfd(me),
                 &PersistSpec {
                     roots: vec!["/x".into()],
                     ..Default::default()
@@ -359,11 +426,11 @@ mod tests {
             .arg("5")
             .spawn()
             .unwrap();
-        assert_eq!(registry.for_task(me).len(), 1);
-        assert_eq!(registry.for_task(child.id() as i32).len(), 1);
+        assert_eq!(registry.for_task(me).unwrap().len(), 1);
+        assert_eq!(registry.for_task(child.id() as i32).unwrap().len(), 1);
         // The parent of this test process is not in the subtree.
         let parent = status_field(me, "PPid:").unwrap();
-        assert!(registry.for_task(parent).is_empty());
+        assert!(registry.for_task(parent).unwrap().is_empty());
         child.kill().unwrap();
         child.wait().unwrap();
     }
@@ -371,11 +438,38 @@ mod tests {
     #[test]
     fn a_dead_registrant_is_forgotten() {
         let registry = Registry::new(true);
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        registry
+            .add(pid, pidfd(pid), &PersistSpec::default())
+            .unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(registry.for_task(pid).unwrap().is_empty());
+        assert!(registry.entries.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_registrant_gone_before_it_is_registered_narrows_nobody() {
+        let registry = Registry::new(true);
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
-        registry.add(pid, &PersistSpec::default()).unwrap();
+        let fd = pidfd(pid);
         child.wait().unwrap();
-        assert!(registry.for_task(pid).is_empty());
+        assert!(registry.add(pid, fd, &PersistSpec::default()).is_err());
         assert!(registry.entries.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_ancestry_of_a_process_reaches_the_top_of_its_pid_namespace() {
+        let me = std::process::id() as libc::pid_t;
+        let chain = ancestry(me).unwrap();
+        assert_eq!(chain[0], me);
+        assert_eq!(chain[1], status_field(me, "PPid:").unwrap());
+        let top = *chain.last().unwrap();
+        assert!(status_field(top, "PPid:").unwrap() == 0, "{chain:?}");
     }
 }
