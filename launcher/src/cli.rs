@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::policy::model::NetworkMode;
+use crate::policy::model::{MountKind, NetworkMode};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -224,6 +224,28 @@ pub struct SandboxArgs {
     /// Hand the pathname unix socket PATH into the sandbox (repeatable).
     #[arg(long, value_name = "PATH")]
     pub allow_unix_socket: Vec<PathBuf>,
+    /// Mount the host path SRC at DST inside (default: where SRC really is), writable
+    /// (repeatable). The persistence protections apply in it as in the working directory.
+    #[arg(long, value_name = "SRC[:DST]")]
+    pub bind: Vec<String>,
+    /// Mount the host path SRC at DST inside (default: where SRC really is), read-only for
+    /// every user inside, root included (repeatable).
+    #[arg(long, value_name = "SRC[:DST]")]
+    pub ro_bind: Vec<String>,
+    /// Mount the host directory SRC at DST inside (default: where SRC really is) under a
+    /// writable layer: writes stay in the sandbox's memory (bounded like /tmp, --tmp-size) and
+    /// are gone when it ends; SRC is never written (repeatable).
+    #[arg(long, value_name = "SRC[:DST]")]
+    pub overlay: Vec<String>,
+    /// Mount an empty, writable tmpfs at DST inside (repeatable; sized like /tmp).
+    #[arg(long, value_name = "DST")]
+    pub tmpfs: Vec<String>,
+    /// Start from an empty root: only what is mounted exists (--bind, --ro-bind, --overlay,
+    /// --tmpfs, the policy's read_only/read_write), plus /proc, /dev and what the sandbox
+    /// needs itself. Mount the program's directories (e.g. --ro-bind /usr) and the working
+    /// directory (or pass --cwd).
+    #[arg(long)]
+    pub empty_root: bool,
     /// Network mode (default: restricted, with only the allowed domains reachable).
     #[arg(long, value_enum)]
     pub network: Option<NetworkArg>,
@@ -325,6 +347,22 @@ pub struct SandboxArgs {
     /// for `sandbox-launch diff`, `apply` and `discard`.
     #[arg(long)]
     pub worktree: bool,
+}
+
+impl SandboxArgs {
+    /// The mounts placed by name, as written.
+    pub fn mounts(&self) -> Vec<(MountKind, String)> {
+        let kinds = [
+            (MountKind::Bind, &self.bind),
+            (MountKind::RoBind, &self.ro_bind),
+            (MountKind::Overlay, &self.overlay),
+            (MountKind::Tmpfs, &self.tmpfs),
+        ];
+        kinds
+            .into_iter()
+            .flat_map(|(k, v)| v.iter().map(move |s| (k, s.clone())))
+            .collect()
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

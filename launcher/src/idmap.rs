@@ -58,6 +58,44 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
     Ok(out)
 }
 
+/// Prepare the writable trees placed by name (`--bind SRC:DST`: `(host, inside)`) that the
+/// sandbox's user does not own, like [`prepare`]'s, attached at their inside path.
+pub fn prepare_placed(
+    trees: &[(PathBuf, PathBuf)],
+    id: Identity,
+    user: &str,
+    out: &mut Attached,
+) -> Result<(), StepError> {
+    let mut namespaces: Vec<((u32, u32), OwnedFd)> = Vec::new();
+    for (tree, inside) in trees {
+        let meta = std::fs::metadata(tree)
+            .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
+        if meta.uid() == id.uid || out.attach.iter().any(|a| a.target == *inside) {
+            continue;
+        }
+        let refused = |what: String, why: &str| {
+            StepError::new(
+                Step::Mounts,
+                format!(
+                    "cannot make {} (owned by uid {}, mounted with --bind at {}) writable for \
+                     the sandbox's user {user} (uid {}) while its files keep their owner: {what}",
+                    tree.display(),
+                    meta.uid(),
+                    inside.display(),
+                    id.uid
+                ),
+                Some(&fix(tree, why, (meta.uid(), meta.gid()), id)),
+            )
+        };
+        idmapped(tree, &meta, id, 0, &mut namespaces, out, refused)?;
+        if let Some(a) = out.attach.last_mut() {
+            a.target = inside.clone();
+            a.source = (inside != tree).then(|| tree.clone());
+        }
+    }
+    Ok(())
+}
+
 /// Prepare a read-only view of the caller's home `home`, idmapped so that its owner reads as
 /// the sandbox's user: the way through it to the writable trees it holds, when its mode lets
 /// nobody else through (root's `/root`). Appended to `out`, before the trees inside it.
@@ -131,6 +169,7 @@ pub fn prepare_view(
             fd: fd.as_raw_fd(),
             dir: meta.is_dir(),
             read_only: false,
+            source: None,
         });
         view.fds.push(fd);
     }
@@ -192,6 +231,7 @@ fn idmapped(
         fd: fd.as_raw_fd(),
         dir: meta.is_dir(),
         read_only: false,
+        source: None,
     });
     out.fds.push(fd);
     Ok(())

@@ -71,6 +71,8 @@ pub fn load_policy(args: &SandboxArgs) -> Result<(Policy, PathBuf), StepError> {
     req.deny_write = args.deny_write.clone();
     req.deny_read = args.deny_read.clone();
     req.allow_unix_socket = args.allow_unix_socket.clone();
+    req.mounts = args.mounts();
+    req.empty_root = args.empty_root;
     req.allow_domain = args.allow_domain.clone();
     req.network = args.network.map(Into::into);
     req.seccomp_policy = args.seccomp_policy.clone();
@@ -173,6 +175,12 @@ fn root_start(
         layout.mounts.host_root,
     );
     let mut attached = idmap::prepare(&layout.writable, run_as.identity, &run_as.user)?;
+    idmap::prepare_placed(
+        &layout.placed_writable,
+        run_as.identity,
+        &run_as.user,
+        &mut attached,
+    )?;
     if let Some(view) = &home.view {
         idmap::prepare_view(
             view,

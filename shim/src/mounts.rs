@@ -12,6 +12,7 @@ use nix::errno::Errno;
 
 use crate::channel::{AtStep, Step, StepError};
 use crate::confinement;
+use crate::placed;
 use crate::spec::{Attach, MountOp, MountPlan};
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
@@ -230,13 +231,11 @@ fn mount_dev(shm_size: Option<u64>) -> R<()> {
 /// its idmapping: the host's path may not even be reachable for the sandbox's user); else the
 /// host's (a read-only view would make a writable bind taken from it read-only).
 fn bind_source(source: &Path, attach: &[Attach]) -> PathBuf {
-    if attach
-        .iter()
-        .any(|a| !a.read_only && source.starts_with(&a.target))
-    {
-        in_newroot(source)
-    } else {
-        in_oldroot(source)
+    match attach.iter().filter(|a| !a.read_only).find_map(|a| {
+        source.strip_prefix(a.source()).ok().map(|r| (a, r))
+    }) {
+        Some((a, rel)) => in_newroot(&a.target.join(rel)),
+        None => in_oldroot(source),
     }
 }
 
@@ -289,18 +288,18 @@ fn apply(op: &MountOp, attach: &[Attach]) -> R<()> {
                 .at(Step::Mounts)
         }
         MountOp::Tmpfs { target, mode, size } => {
-            let tgt = in_newroot(target);
-            ensure_mountpoint(&tgt, true)?;
-            let data = tmpfs_options(*mode, *size);
-            sys::mount(
-                Some(Path::new("tmpfs")),
-                &tgt,
-                Some("tmpfs"),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                Some(&data),
-            )
-            .at(Step::Mounts)
+            placed::tmpfs(target, &tmpfs_options(*mode, *size))
         }
+        MountOp::Bind {
+            source,
+            target,
+            read_only,
+        } => placed::bind(source, target, *read_only, attach),
+        MountOp::Overlay {
+            source,
+            target,
+            size,
+        } => placed::overlay(source, target, &tmpfs_options(0o755, *size), attach),
         MountOp::File { target, contents } => {
             // In the staging root (now `/`), which is detached at the end; the bind keeps it.
             static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -1,7 +1,7 @@
 //! What the supervisor asks the shim to build. Planned on the host (paths resolved, existence
 //! checked) so that the shim only executes; sent as JSON over the sync socket.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -147,6 +147,9 @@ impl MountPlan {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Attach {
     pub target: PathBuf,
+    /// The host tree, when it is not `target` (a `--bind SRC:DST`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<PathBuf>,
     /// The detached tree (open_tree), open in the shim.
     pub fd: i32,
     /// The tree is a directory (else a file).
@@ -155,6 +158,13 @@ pub struct Attach {
     /// `ReadOnly` bind of the same target.
     #[serde(default)]
     pub read_only: bool,
+}
+
+impl Attach {
+    /// The host tree it is a copy of.
+    pub fn source(&self) -> &Path {
+        self.source.as_deref().unwrap_or(&self.target)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -190,6 +200,24 @@ pub enum MountOp {
         layers: PathBuf,
         #[serde(default)]
         layers_fd: Option<i32>,
+    },
+    /// A mount placed by name (`--bind`, `--ro-bind`): `source` (host, canonical) at `target`
+    /// (inside), recursively; read-only for everyone inside (root included) when `read_only`.
+    /// `target` is resolved without following symlinks (one on the way is an error) and
+    /// created only where a tmpfs of the sandbox holds it (see `placed`).
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        read_only: bool,
+    },
+    /// `source` (host directory, never written) at `target` under a writable layer: what the
+    /// sandbox writes there lives in a tmpfs of its own of `size` bytes (`None`: the kernel's
+    /// default), invisible outside, and goes when the sandbox ends. Target as for `Bind`.
+    Overlay {
+        source: PathBuf,
+        target: PathBuf,
+        #[serde(default)]
+        size: Option<u64>,
     },
 }
 

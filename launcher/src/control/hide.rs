@@ -58,7 +58,10 @@ fn visible_at(plan: &MountPlan, dir: &Path) -> Vec<PathBuf> {
     }
     for op in &plan.ops {
         match op {
-            MountOp::ReadOnly { source, target } | MountOp::ReadWrite { source, target } => {
+            MountOp::ReadOnly { source, target }
+            | MountOp::ReadWrite { source, target }
+            | MountOp::Bind { source, target, .. }
+            | MountOp::Overlay { source, target, .. } => {
                 seen.retain(|p| !p.starts_with(target));
                 if let Ok(rel) = dir.strip_prefix(source) {
                     seen.push(target.join(rel));

@@ -69,6 +69,18 @@ impl Planner<'_> {
                 });
             }
         }
+        // Placed mounts: what is mounted writable is writable, the rest readable (a read-only
+        // bind is read-only for root inside too: the mount is).
+        for m in &self.placed {
+            rules.push(LandlockRule {
+                path: m.target.clone(),
+                access: if m.writable() {
+                    Access::Write
+                } else {
+                    Access::Read
+                },
+            });
+        }
         for s in &self.policy.filesystem.unix_sockets {
             if let Ok(p) = resolve(&s.value) {
                 rules.push(LandlockRule {
@@ -92,6 +104,7 @@ impl Planner<'_> {
             let Ok(c) = resolve(&c) else { continue };
             if c.is_dir()
                 && self.granted(&c)
+                && !self.under_placed(&c)
                 && !within_any(&c, rw)
                 && !within_any(&c, &self.deny_read)
             {

@@ -10,6 +10,8 @@
 
 mod landlock;
 mod mounts;
+pub mod placed;
+mod placed_persist;
 
 use std::path::{Component, Path, PathBuf};
 
@@ -46,6 +48,10 @@ pub struct Layout {
     pub writable: Vec<PathBuf>,
     /// The protections of the persistence model (for `check`).
     pub protections: crate::persistence::plan::Protections,
+    /// Writable trees placed by name (`--bind SRC[:DST]`): (host, inside).
+    pub placed_writable: Vec<(PathBuf, PathBuf)>,
+    /// Every mount placed by name, resolved, in the order they are made (for `check`).
+    pub placed: Vec<placed::Placed>,
 }
 
 fn depth(p: &Path) -> usize {
@@ -96,6 +102,8 @@ struct Planner<'a> {
     all_rw: Vec<PathBuf>,
     /// The writable roots the policy names explicitly (not the working directory).
     explicit_rw: Vec<PathBuf>,
+    /// The mounts placed by name, resolved, outermost target first.
+    placed: Vec<placed::Placed>,
 }
 
 pub fn plan(policy: &Policy, ctx: &HostContext) -> Result<Layout> {
@@ -117,9 +125,11 @@ pub fn plan(policy: &Policy, ctx: &HostContext) -> Result<Layout> {
             .collect(),
         all_rw: Vec::new(),
         explicit_rw: Vec::new(),
+        placed: Vec::new(),
     };
     p.collect_denies();
     p.collect_roots()?;
+    p.collect_placed()?;
     p.emit()?;
     Ok(p.out)
 }
@@ -230,6 +240,16 @@ impl Planner<'_> {
 
     fn granted(&self, path: &Path) -> bool {
         self.host_readable() || within_any(path, &self.ro) || within_any(path, &self.rw)
+    }
+
+    /// Whether the host path `path` is seen inside at the same path (a symlink of the
+    /// allow-list root may lead to it).
+    fn shown_as_itself(&self, path: &Path) -> bool {
+        self.granted(path)
+            || self
+                .placed
+                .iter()
+                .any(|m| m.inside(path).as_deref() == Some(path))
     }
 }
 

@@ -8,6 +8,7 @@ use anyhow::Result;
 use shim::spec::MountOp;
 
 use super::{depth, resolve, root_symlinks, skip_special, within_any, Planner};
+use crate::policy::model::MountKind;
 
 impl Planner<'_> {
     pub(super) fn emit(&mut self) -> Result<()> {
@@ -66,7 +67,9 @@ impl Planner<'_> {
                 let Ok(target) = resolve(&link_path) else {
                     continue;
                 };
-                if self.granted(&target) && !self.symlinks.iter().any(|(p, _)| *p == link_path) {
+                if self.shown_as_itself(&target)
+                    && !self.symlinks.iter().any(|(p, _)| *p == link_path)
+                {
                     self.symlinks.push((link_path, link));
                 }
             }
@@ -111,6 +114,36 @@ impl Planner<'_> {
             });
         }
 
+        // The mounts placed by name, over the base (and under the protections and masks).
+        let mut base_rw: Vec<(PathBuf, String)> = rw
+            .iter()
+            .map(|p| {
+                let why = if *p == self.ctx.cwd {
+                    "the working directory, writable"
+                } else {
+                    "a writable path"
+                };
+                (p.clone(), why.to_string())
+            })
+            .collect();
+        for s in &self.policy.filesystem.unix_sockets {
+            if let Ok(p) = resolve(&s.value) {
+                base_rw.push((p, "a socket handed in with --allow-unix-socket".into()));
+            }
+        }
+        self.check_placed(&base_rw)?;
+        let size = crate::limits::tmp_size(&self.policy.runtime.limits);
+        for m in &self.placed {
+            let same = m.kind == MountKind::Bind
+                && base_rw
+                    .iter()
+                    .any(|(r, _)| Some(r) == m.source.as_ref() && *r == m.target);
+            if same {
+                continue; // already there, writable
+            }
+            ops.push(m.op(size));
+        }
+
         // What would run on the host later, per writable root: the guard's rules, and for what
         // exists at launch read-only binds.
         let prot = crate::persistence::plan::plan(&crate::persistence::plan::Request {
@@ -121,12 +154,19 @@ impl Planner<'_> {
             cwd: &self.ctx.cwd,
             path_var: self.ctx.path_var.as_deref(),
         });
-        ops.extend(crate::persistence::binds::mounts(&prot.read_only, &rw));
+        let shown: Vec<PathBuf> = prot
+            .read_only
+            .iter()
+            .filter(|p| !self.under_placed(p))
+            .cloned()
+            .collect();
+        ops.extend(crate::persistence::binds::mounts(&shown, &rw));
         self.out.warnings.extend(prot.overrides.iter().cloned());
         self.out.unprotected_missing = prot.missing.clone();
         self.out.persist = prot.spec.clone();
         self.out.persist.roots.retain(|p| !skip_special(p));
         self.out.protections = prot;
+        ops.extend(self.protect_placed());
 
         // Masks last: deny read beats everything.
         let private: Vec<PathBuf> = tmp_wanted
@@ -145,9 +185,24 @@ impl Planner<'_> {
             .collect();
         let mut masks = self.deny_read.clone();
         masks.sort_by_key(|p| depth(p));
+        let views: Vec<(PathBuf, bool)> = masks
+            .iter()
+            .flat_map(|p| {
+                self.placed_views(p)
+                    .into_iter()
+                    .map(move |v| (v, p.is_dir()))
+            })
+            .collect();
+        for (p, dir) in views {
+            ops.push(MountOp::Mask {
+                target: p.clone(),
+                dir,
+            });
+            self.out.verify_unreadable.push(p);
+        }
         for p in masks {
-            if !self.granted(&p) {
-                continue; // not in the sandbox at all
+            if !self.granted(&p) || self.under_placed(&p) {
+                continue; // not in the sandbox at all, or not at this path
             }
             if let Some(dir) = private.iter().find(|d| p.starts_with(d)) {
                 if !within_any(&p, &bound) {

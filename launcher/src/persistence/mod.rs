@@ -133,7 +133,8 @@ pub fn check(args: &crate::cli::SandboxArgs) -> Result<String, shim::channel::St
                 ),
                 Err(e) => format!("HOME inside: not decided, a launch would stop here: {e}\n"),
             };
-            home + &describe::describe(&layout.protections, ctx.home.as_deref())
+            home + &crate::layout::placed::describe(&layout.placed)
+                + &describe::describe(&layout.protections, ctx.home.as_deref())
         }
         Err(e) => format!("persistence: not planned: a launch would stop here: {e:#}\n"),
     })

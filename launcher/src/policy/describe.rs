@@ -83,6 +83,17 @@ fn filesystem(out: &mut String, p: &Policy) {
     paths(out, "deny-write (beats read-write)", &fs.deny_write, false);
     paths(out, "deny-read (beats everything)", &fs.deny_read, false);
     paths(out, "unix sockets handed in", &fs.unix_sockets, false);
+    if !fs.mounts.is_empty() {
+        let _ = writeln!(out, "  mounts asked for:");
+        for m in &fs.mounts {
+            let _ = writeln!(
+                out,
+                "    {}  [{}]",
+                m.value.describe(),
+                describe_source(&m.source)
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "landlock: {}{}\n",

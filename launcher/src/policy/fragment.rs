@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::model::{FsMode, LandlockCompat, NetworkMode, NetworkRule, Source};
+use super::model::{FsMode, LandlockCompat, MountRequest, NetworkMode, NetworkRule, Source};
 use super::runtime::RuntimeFragment;
 
 #[derive(Debug, Clone)]
@@ -18,6 +18,7 @@ pub struct Fragment {
     pub deny_write: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
     pub unix_sockets: Vec<PathBuf>,
+    pub mounts: Vec<MountRequest>,
     pub landlock: Option<LandlockCompat>,
     pub run_as_user: Option<String>,
     pub run_as_group: Option<String>,
@@ -44,6 +45,7 @@ impl Fragment {
             deny_write: Vec::new(),
             deny_read: Vec::new(),
             unix_sockets: Vec::new(),
+            mounts: Vec::new(),
             landlock: None,
             run_as_user: None,
             run_as_group: None,

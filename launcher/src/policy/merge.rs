@@ -99,6 +99,7 @@ fn collect_lists(layers: &[Layer], p: &mut Policy) {
             let dropped = f.read_only.len()
                 + f.read_write.len()
                 + f.unix_sockets.len()
+                + f.mounts.len()
                 + f.allowed_domains.len()
                 + f.rules.len();
             if dropped > 0 {
@@ -112,6 +113,13 @@ fn collect_lists(layers: &[Layer], p: &mut Policy) {
         add_paths(&mut p.filesystem.read_only, &f.read_only, src);
         add_paths(&mut p.filesystem.read_write, &f.read_write, src);
         add_paths(&mut p.filesystem.unix_sockets, &f.unix_sockets, src);
+        for m in &f.mounts {
+            if !p.filesystem.mounts.iter().any(|s| &s.value == m) {
+                p.filesystem
+                    .mounts
+                    .push(Sourced::new(m.clone(), src.clone()));
+            }
+        }
         add_strings(&mut p.network.allowed_domains, &f.allowed_domains, src);
         for (key, rule) in &f.rules {
             match p.network.rules.get(key) {

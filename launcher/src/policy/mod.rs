@@ -24,6 +24,7 @@ mod hosts;
 pub mod jsonc;
 pub mod merge;
 pub mod model;
+pub mod mounts;
 pub mod openshell;
 mod paths;
 pub mod runtime;
@@ -49,6 +50,10 @@ pub struct LoadRequest {
     pub deny_write: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
     pub allow_unix_socket: Vec<PathBuf>,
+    /// `--bind`, `--ro-bind`, `--overlay`, `--tmpfs` as written.
+    pub mounts: Vec<(model::MountKind, String)>,
+    /// `--empty-root`: only what is mounted exists.
+    pub empty_root: bool,
     pub allow_domain: Vec<String>,
     pub network: Option<NetworkMode>,
     pub seccomp_policy: Option<String>,
@@ -76,6 +81,8 @@ impl LoadRequest {
             deny_write: vec![],
             deny_read: vec![],
             allow_unix_socket: vec![],
+            mounts: vec![],
+            empty_root: false,
             allow_domain: vec![],
             network: None,
             seccomp_policy: None,
@@ -163,6 +170,14 @@ fn flags(req: &LoadRequest) -> Result<Fragment> {
     f.deny_write = list("--deny-write", &req.deny_write)?;
     f.deny_read = list("--deny-read", &req.deny_read)?;
     f.unix_sockets = list("--allow-unix-socket", &req.allow_unix_socket)?;
+    for (kind, raw) in &req.mounts {
+        f.mounts.push(
+            mounts::parse(*kind, raw, &req.cwd, &req.home, kind.flag()).map_err(|e| anyhow!(e))?,
+        );
+    }
+    if req.empty_root {
+        f.fs_mode = Some(model::FsMode::AllowListOnly);
+    }
     f.allowed_domains = req
         .allow_domain
         .iter()

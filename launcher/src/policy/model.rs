@@ -73,6 +73,57 @@ pub struct FilesystemPolicy {
     pub deny_read: Vec<Sourced<PathBuf>>,
     /// Pathname unix sockets handed into the sandbox (`--allow-unix-socket`).
     pub unix_sockets: Vec<Sourced<PathBuf>>,
+    /// Mounts asked for by name (`--bind`, `--ro-bind`, `--overlay`, `--tmpfs`, a policy's
+    /// `mounts`), highest precedence source first, each source's in its own order.
+    pub mounts: Vec<Sourced<MountRequest>>,
+}
+
+/// A mount placed by name, as asked: `source` (host, absolute, symlinks not resolved yet) at
+/// `target` (inside: absolute, no `..`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MountRequest {
+    pub kind: MountKind,
+    /// `None` for a tmpfs.
+    pub source: Option<PathBuf>,
+    /// `None`: where the source really is (its resolved path), as bwrap's `--bind SRC SRC`.
+    pub target: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MountKind {
+    /// Writable bind of a host path.
+    Bind,
+    /// Read-only bind (for every user inside, root included).
+    RoBind,
+    /// A host directory under a writable layer kept in the sandbox's memory.
+    Overlay,
+    /// An empty, writable tmpfs.
+    Tmpfs,
+}
+
+impl MountKind {
+    /// The command-line flag that asks for it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            MountKind::Bind => "--bind",
+            MountKind::RoBind => "--ro-bind",
+            MountKind::Overlay => "--overlay",
+            MountKind::Tmpfs => "--tmpfs",
+        }
+    }
+}
+
+impl MountRequest {
+    /// How it is written on the command line (`--bind /a:/b`).
+    pub fn describe(&self) -> String {
+        let flag = self.kind.flag();
+        match (&self.source, &self.target) {
+            (Some(s), Some(t)) => format!("{flag} {}:{}", s.display(), t.display()),
+            (Some(p), None) | (None, Some(p)) => format!("{flag} {}", p.display()),
+            (None, None) => flag.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]

@@ -1,0 +1,404 @@
+//! Mounts placed by name (`--bind`, `--ro-bind`, `--overlay`, `--tmpfs`, `--empty-root`), tried
+//! from inside and judged on the host: every denial next to its allowed twin.
+
+use std::path::Path;
+
+use integration::{explain, sh, stderr, stdout, TempDir, CALLERS};
+
+fn run(
+    caller: integration::Caller,
+    cwd: &Path,
+    opts: &[String],
+    script: &str,
+) -> std::process::Output {
+    let opts: Vec<&str> = opts.iter().map(String::as_str).collect();
+    sh(caller, cwd, &opts, script)
+}
+
+#[test]
+fn bind_src_dst_writes_reach_the_host_file_and_the_source_path_stays_read_only() {
+    for caller in CALLERS {
+        let work = TempDir::new("mb-work");
+        let src = TempDir::new_in("/var/tmp", "mb-src");
+        src.write("f", "host\n");
+        // A target outside every writable tree: only the mount (and its Landlock rule) makes
+        // it writable.
+        let dst = TempDir::new_in("/var/tmp", "mb-dst");
+        let d = dst.path.display();
+        let s = src.path.display();
+        let out = run(
+            caller,
+            &work.path,
+            &[
+                "--bind".into(),
+                (format!("{s}:{d}")),
+                "--bind".into(),
+                (format!("{s}:/tmp/again")),
+            ],
+            &format!(
+                "cat {d}/f && echo inside >> {d}/f && echo new > {d}/new && echo wrote; \
+                 cat /tmp/again/new; \
+                 echo x > {s}/escape 2>/dev/null && echo ESCAPED; true"
+            ),
+        );
+        let text = stdout(&out);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("host\nwrote\nnew"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!text.contains("ESCAPED"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            std::fs::read_to_string(src.join("f")).unwrap(),
+            "host\ninside\n"
+        );
+        assert_eq!(std::fs::read_to_string(src.join("new")).unwrap(), "new\n");
+        assert!(!src.join("escape").exists());
+        assert!(
+            std::fs::read_dir(&dst.path).unwrap().next().is_none(),
+            "{caller:?}: the target's host directory must stay untouched"
+        );
+    }
+}
+
+#[test]
+fn ro_bind_refuses_writes_and_its_writable_twin_accepts_them() {
+    for caller in CALLERS {
+        let work = TempDir::new("mr-work");
+        let src = TempDir::new_in("/var/tmp", "mr-src");
+        src.write("f", "orig\n");
+        let s = src.path.display();
+        let out = run(
+            caller,
+            &work.path,
+            &[
+                "--ro-bind".into(),
+                format!("{s}:/tmp/ro"),
+                "--bind".into(),
+                format!("{s}:/tmp/rw"),
+            ],
+            "cat /tmp/ro/f; echo changed > /tmp/ro/f || echo refused-write; \
+             touch /tmp/ro/new || echo refused-create; \
+             grep -q ' /tmp/ro ro,' /proc/self/mountinfo && echo mount-ro; \
+             echo twin > /tmp/rw/twin && echo twin-ok; cat /tmp/ro/twin",
+        );
+        let text = stdout(&out);
+        assert!(text.starts_with("orig\n"), "{caller:?}: {}", explain(&out));
+        for want in [
+            "refused-write",
+            "refused-create",
+            "mount-ro",
+            "twin-ok",
+            "twin\n",
+        ] {
+            assert!(text.contains(want), "{caller:?}: {want}: {}", explain(&out));
+        }
+        assert_eq!(std::fs::read_to_string(src.join("f")).unwrap(), "orig\n");
+        assert!(!src.join("new").exists());
+        assert_eq!(std::fs::read_to_string(src.join("twin")).unwrap(), "twin\n");
+    }
+}
+
+#[test]
+fn overlay_writes_are_seen_inside_and_absent_on_the_host_after() {
+    for caller in CALLERS {
+        let work = TempDir::new("mo-work");
+        let src = TempDir::new_in("/var/tmp", "mo-src");
+        src.write("keep", "orig\n");
+        src.write("gone", "x\n");
+        src.write("sub/deep", "deep\n");
+        let s = src.path.display();
+        let out = run(
+            caller,
+            &work.path,
+            &[
+                "--overlay".into(),
+                format!("{s}:/tmp/ov"),
+                "--overlay".into(),
+                s.to_string(),
+            ],
+            &format!(
+                "echo changed > /tmp/ov/keep && echo new > /tmp/ov/new && rm /tmp/ov/gone && \
+                 rm -r /tmp/ov/sub && mkdir /tmp/ov/made && echo wrote; \
+                 cat /tmp/ov/keep /tmp/ov/new; ls /tmp/ov; \
+                 echo same-place > {s}/keep && cat {s}/keep; \
+                 grep ' /tmp/ov ' /proc/self/mountinfo"
+            ),
+        );
+        let text = stdout(&out);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("wrote\nchanged\nnew\nkeep\nmade\nnew\nsame-place\n"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            text.contains("upperdir=/placed-"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // The host, afterwards: exactly as before.
+        assert_eq!(std::fs::read_to_string(src.join("keep")).unwrap(), "orig\n");
+        assert_eq!(std::fs::read_to_string(src.join("gone")).unwrap(), "x\n");
+        assert_eq!(
+            std::fs::read_to_string(src.join("sub/deep")).unwrap(),
+            "deep\n"
+        );
+        let mut names: Vec<String> = std::fs::read_dir(&src.path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["gone", "keep", "sub"], "{caller:?}");
+    }
+}
+
+#[test]
+fn overlay_writes_are_bounded_like_tmp() {
+    let caller = CALLERS[1];
+    let work = TempDir::new("mq-work");
+    let src = TempDir::new_in("/var/tmp", "mq-src");
+    src.write("a", "a\n");
+    let s = src.path.display();
+    let out = run(
+        caller,
+        &work.path,
+        &[
+            "--tmp-size".into(),
+            "4M".into(),
+            "--overlay".into(),
+            format!("{s}:/tmp/ov"),
+        ],
+        "head -c 8M /dev/zero > /tmp/ov/big 2>/dev/null || echo full; \
+         rm -f /tmp/ov/big; echo small > /tmp/ov/small && echo small-ok",
+    );
+    let text = stdout(&out);
+    assert!(text.contains("full\nsmall-ok"), "{}", explain(&out));
+    assert!(!src.join("big").exists() && !src.join("small").exists());
+}
+
+#[test]
+fn tmpfs_is_empty_writable_and_hides_the_host_directory() {
+    for caller in CALLERS {
+        let work = TempDir::new("mt-work");
+        let dir = TempDir::new_in("/var/tmp", "mt-dir");
+        dir.write("hidden", "host\n");
+        let d = dir.path.display();
+        let out = run(
+            caller,
+            &work.path,
+            &["--tmpfs".into(), d.to_string()],
+            &format!(
+                "ls -A {d} | wc -l; echo x > {d}/made && cat {d}/made; \
+                 mkdir -p {d}/a/b && echo nested-ok"
+            ),
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("0\nx\nnested-ok"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!dir.join("made").exists());
+        assert!(!dir.join("a").exists());
+        assert_eq!(
+            std::fs::read_to_string(dir.join("hidden")).unwrap(),
+            "host\n"
+        );
+    }
+}
+
+#[test]
+fn empty_root_has_only_what_was_mounted() {
+    for caller in CALLERS {
+        let work = TempDir::new("me-work");
+        work.write("mine", "mine\n");
+        let data = TempDir::new_in("/var/tmp", "me-data");
+        data.write("d", "data\n");
+        let w = work.path.display();
+        let out = run(
+            caller,
+            &work.path,
+            &[
+                "--empty-root".into(),
+                "--ro-bind".into(),
+                "/usr".into(),
+                "--bind".into(),
+                w.to_string(),
+                "--ro-bind".into(),
+                format!("{}:/data", data.path.display()),
+                "--tmpfs".into(),
+                "/scratch".into(),
+            ],
+            "ls -A /; echo --; cat mine /data/d; echo x > /scratch/s && echo scratch-ok; \
+             echo y > new && echo cwd-ok; \
+             for p in /etc/passwd /home /var /root /opt; do test -e $p && echo PRESENT:$p; done; \
+             true",
+        );
+        let text = stdout(&out);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        let (top, rest) = text.split_once("--\n").expect("listing");
+        let mut names: Vec<&str> = top.lines().collect();
+        names.sort();
+        // /etc: the sandbox's own resolver configuration (restricted network's DNS stub).
+        let allowed = [
+            "bin", "data", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin",
+            "scratch", "tmp", "usr",
+        ];
+        for n in &names {
+            assert!(
+                allowed.contains(n),
+                "{caller:?}: unexpected /{n} in {names:?}"
+            );
+        }
+        for n in ["data", "dev", "proc", "scratch", "tmp", "usr"] {
+            assert!(
+                names.contains(&n),
+                "{caller:?}: /{n} missing from {names:?}"
+            );
+        }
+        assert!(
+            rest.starts_with("mine\ndata\nscratch-ok\ncwd-ok\n"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!rest.contains("PRESENT"), "{caller:?}: {}", explain(&out));
+        assert_eq!(std::fs::read_to_string(work.join("new")).unwrap(), "y\n");
+    }
+}
+
+#[test]
+fn bind_of_a_repository_keeps_its_git_hooks_protected() {
+    for caller in CALLERS {
+        let work = TempDir::new("mg-work");
+        let repo = TempDir::new_in("/var/tmp", "mg-repo");
+        repo.write(".git/HEAD", "ref: refs/heads/main\n");
+        repo.write(".git/config", "[core]\n");
+        repo.mkdir(".git/hooks");
+        repo.write("src.txt", "v1\n");
+        let r = repo.path.display();
+        let out = run(
+            caller,
+            &work.path,
+            &["--bind".into(), format!("{r}:/tmp/repo")],
+            "echo v2 > /tmp/repo/src.txt && echo edit-ok; \
+             echo evil > /tmp/repo/.git/hooks/pre-commit && echo HOOK-WRITTEN; \
+             mkdir -p /tmp/repo/.vscode && echo '{}' > /tmp/repo/.vscode/tasks.json && echo TASKS-WRITTEN; \
+             true",
+        );
+        let text = stdout(&out);
+        assert!(text.contains("edit-ok"), "{caller:?}: {}", explain(&out));
+        assert!(
+            !text.contains("HOOK-WRITTEN"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !text.contains("TASKS-WRITTEN"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(repo.join("src.txt")).unwrap(),
+            "v2\n"
+        );
+        assert!(!repo.join(".git/hooks/pre-commit").exists(), "{caller:?}");
+        assert!(!repo.join(".vscode/tasks.json").exists(), "{caller:?}");
+    }
+}
+
+#[test]
+fn mounts_that_cannot_be_placed_safely_are_refused_naming_the_flag_and_the_fix() {
+    let caller = CALLERS[1];
+    let work = TempDir::new("mx-work");
+    let src = TempDir::new_in("/var/tmp", "mx-src");
+    src.write("f", "f\n");
+    let other = TempDir::new_in("/var/tmp", "mx-other");
+    std::os::unix::fs::symlink("/etc", other.join("link")).unwrap();
+    let s = src.path.display().to_string();
+    let o = other.path.display().to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--bind".into(),
+                format!("{s}:/tmp/x"),
+                "--ro-bind".into(),
+                format!("{o}:/tmp/x"),
+            ],
+            "is also the target of --bind",
+        ),
+        (
+            vec!["--bind".into(), format!("{s}/missing:/tmp/x")],
+            "create it first",
+        ),
+        (vec!["--ro-bind".into(), format!("{s}:/proc/x")], "/proc"),
+        (vec!["--bind".into(), format!("{s}:/dev/shm")], "/dev"),
+        (vec!["--bind".into(), format!("{s}:/")], "--empty-root"),
+        (vec!["--tmpfs".into(), format!("{o}/link/x")], "symlink"),
+        (vec!["--bind".into(), format!("{s}:{o}/new")], "mkdir -p"),
+        (
+            vec!["--overlay".into(), format!("{s}/f:/tmp/f")],
+            "not a directory",
+        ),
+        (vec!["--bind".into(), format!("{s}/f:{o}")], "a directory"),
+        (
+            vec![
+                "--tmpfs".into(),
+                "/tmp".into(),
+                "--bind".into(),
+                format!("{s}:{}", work.path.display()),
+            ],
+            "would hide",
+        ),
+    ];
+    for (opts, says) in cases {
+        let out = run(caller, &work.path, &opts, "echo STARTED");
+        assert_eq!(out.status.code(), Some(111), "{opts:?}: {}", explain(&out));
+        assert!(!stdout(&out).contains("STARTED"), "{opts:?}");
+        let err = stderr(&out);
+        assert!(err.contains(says), "{opts:?}: want {says:?}: {err}");
+        assert!(
+            err.contains(opts[opts.len() - 2].as_str()) || err.contains(opts[0].as_str()),
+            "{opts:?}: {err}"
+        );
+    }
+    assert!(!other.join("new").exists());
+}
+
+#[test]
+fn check_shows_every_mount() {
+    let caller = CALLERS[1];
+    let work = TempDir::new("mc-work");
+    let src = TempDir::new_in("/var/tmp", "mc-src");
+    let s = src.path.display().to_string();
+    let out = integration::command(
+        caller,
+        &work.path,
+        &[
+            "check",
+            "--bind",
+            &format!("{s}:/tmp/b"),
+            "--ro-bind",
+            &format!("{s}:/tmp/r"),
+            "--overlay",
+            &format!("{s}:/tmp/o"),
+            "--tmpfs",
+            "/tmp/t",
+        ],
+    )
+    .output()
+    .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", explain(&out));
+    for want in [
+        format!("--bind {s}:/tmp/b"),
+        format!("--ro-bind {s}:/tmp/r"),
+        format!("--overlay {s}:/tmp/o"),
+        "--tmpfs /tmp/t".into(),
+        "persistence protections apply".into(),
+        "read-only for every user inside".into(),
+    ] {
+        assert!(text.contains(&want), "{want}: {text}");
+    }
+}
