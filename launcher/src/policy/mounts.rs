@@ -5,8 +5,81 @@
 
 use std::path::Path;
 
+use anyhow::Result;
+use serde_json::Value;
+
+use super::document::{Doc, KeyPath};
 use super::model::{MountKind, MountRequest};
 use super::paths;
+use super::runtime::Style;
+use super::shape::{Field, Shape};
+
+/// One entry of a policy file's `mounts` list: `{bind: "SRC[:DST]"}` and the like.
+pub const ENTRY_SNAKE: Shape = Shape::Fields(&[
+    Field::value("bind"),
+    Field::value("ro_bind"),
+    Field::value("overlay"),
+    Field::value("tmpfs"),
+]);
+
+/// The same in camelCase (agent settings): `roBind`.
+pub const ENTRY_CAMEL: Shape = Shape::Fields(&[
+    Field::value("bind"),
+    Field::value("roBind"),
+    Field::value("overlay"),
+    Field::value("tmpfs"),
+]);
+
+/// Read a `mounts` list at `at`. Without `base` (OpenShell), sources must be absolute; with
+/// it, `~` and relative paths are taken as the command line takes them.
+pub fn read(
+    doc: &Doc,
+    v: &Value,
+    at: &KeyPath,
+    style: Style,
+    base: Option<(&Path, &Path)>,
+) -> Result<Vec<MountRequest>> {
+    let ro = match style {
+        Style::Snake => "ro_bind",
+        Style::Camel => "roBind",
+    };
+    let names = [
+        ("bind", MountKind::Bind),
+        (ro, MountKind::RoBind),
+        ("overlay", MountKind::Overlay),
+        ("tmpfs", MountKind::Tmpfs),
+    ];
+    let mut out = Vec::new();
+    for (i, entry) in doc.list(v, at)?.iter().enumerate() {
+        let e_at = at.index(i);
+        let map = doc.object(entry, &e_at)?;
+        let mut said = names
+            .iter()
+            .filter_map(|(n, k)| map.get(*n).map(|v| (*n, *k, v)));
+        let (Some((name, kind, value)), None) = (said.next(), said.next()) else {
+            return Err(doc.error(
+                &e_at,
+                format!("one of {ro}, bind, overlay or tmpfs (exactly one per entry)"),
+            ));
+        };
+        let k_at = e_at.key(name);
+        let raw = doc.string(value, &k_at)?;
+        let (cwd, home) = match base {
+            Some(b) => b,
+            None => {
+                if !raw.starts_with('/') {
+                    return Err(doc.error(
+                        &k_at,
+                        format!("{raw:?}: the source is not absolute (paths must start with `/`)"),
+                    ));
+                }
+                (Path::new("/"), Path::new("/"))
+            }
+        };
+        out.push(parse(kind, raw, cwd, home, name).map_err(|e| doc.error(&k_at, e))?);
+    }
+    Ok(out)
+}
 
 /// Parse one mount of `kind` as written in a flag or a policy file (`what` names it in errors).
 pub fn parse(
@@ -110,5 +183,71 @@ mod tests {
         assert!(p(MountKind::Tmpfs, "/dev/shm")
             .unwrap_err()
             .contains("/dev"));
+    }
+
+    fn openshell(text: &str) -> anyhow::Result<crate::policy::fragment::Fragment> {
+        crate::policy::openshell::parse(
+            text,
+            Path::new("p.yaml"),
+            crate::policy::model::Source::PolicyFile("p.yaml".into()),
+        )
+    }
+
+    fn settings(text: &str) -> anyhow::Result<crate::policy::fragment::Fragment> {
+        crate::policy::agent_settings::parse(
+            text,
+            Path::new("s.json"),
+            crate::policy::model::Source::SettingsFile("s.json".into()),
+            Path::new("/work/p"),
+            Path::new("/home/u"),
+        )
+    }
+
+    #[test]
+    fn policy_files_place_mounts_in_their_own_spelling() {
+        let f = openshell(
+            "version: 1\nmounts:\n  - bind: /srv/a:/a\n  - ro_bind: /opt\n  - overlay: /src:/w\n  - tmpfs: /scratch\n",
+        )
+        .unwrap();
+        let kinds: Vec<MountKind> = f.mounts.iter().map(|m| m.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                MountKind::Bind,
+                MountKind::RoBind,
+                MountKind::Overlay,
+                MountKind::Tmpfs
+            ]
+        );
+        assert_eq!(f.mounts[0].target, Some(PathBuf::from("/a")));
+        assert!(f.fs_mode.is_none(), "mounts alone keep the host view");
+        let f =
+            settings(r#"{"sandbox": {"filesystem": {"mounts": [{"roBind": "~/data:/data"}]}}}"#)
+                .unwrap();
+        assert_eq!(f.mounts[0].kind, MountKind::RoBind);
+        assert_eq!(f.mounts[0].source, Some(PathBuf::from("/home/u/data")));
+    }
+
+    #[test]
+    fn a_mount_entry_names_exactly_one_known_kind_and_openshell_sources_are_absolute() {
+        for (text, says) in [
+            (
+                "version: 1\nmounts:\n  - bind: /a\n    tmpfs: /b\n",
+                "exactly one",
+            ),
+            ("version: 1\nmounts:\n  - {}\n", "exactly one"),
+            ("version: 1\nmounts:\n  - bind_mount: /a\n", "bind_mount"),
+            ("version: 1\nmounts:\n  - bind: rel:/a\n", "not absolute"),
+            ("version: 1\nmounts:\n  - ro_bind: /a:/proc/x\n", "/proc"),
+        ] {
+            let e = format!("{:#}", openshell(text).unwrap_err());
+            assert!(e.contains(says) && e.contains("mounts"), "{text}: {e}");
+        }
+        let e = format!(
+            "{:#}",
+            settings(r#"{"sandbox": {"filesystem": {"mounts": [{"ro_bind": "/a"}]}}}"#)
+                .unwrap_err()
+        );
+        assert!(e.contains("ro_bind"), "{e}");
     }
 }

@@ -54,6 +54,8 @@ const FILESYSTEM: Shape = Shape::Fields(&[
     Field::value("allowRead"),
     Field::value("allowGitConfig"),
     Field::value("disabled"),
+    // sandbox-launch's own: mounts placed by name (`--bind` and the like).
+    Field::new("mounts", Shape::List(&crate::policy::mounts::ENTRY_CAMEL)),
 ]);
 
 const NETWORK: Shape = Shape::Fields(&[

@@ -146,8 +146,8 @@ fn format(doc: &Doc, top: &Map<String, Value>) -> Result<Format> {
 }
 
 pub(crate) struct PathCtx<'a> {
-    cwd: &'a Path,
-    home: &'a Path,
+    pub(crate) cwd: &'a Path,
+    pub(crate) home: &'a Path,
 }
 
 fn read_agent(doc: &mut Doc, v: &Value, ctx: &PathCtx, frag: &mut Fragment) -> Result<()> {

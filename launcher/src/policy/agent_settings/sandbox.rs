@@ -90,6 +90,15 @@ pub fn filesystem(
     if let Some(v) = given(fs, "denyRead") {
         frag.deny_read = path_list(doc, v, &at.key("denyRead"), ctx)?;
     }
+    if let Some(v) = given(fs, "mounts") {
+        frag.mounts = crate::policy::mounts::read(
+            doc,
+            v,
+            &at.key("mounts"),
+            crate::policy::runtime::Style::Camel,
+            Some((ctx.cwd, ctx.home)),
+        )?;
+    }
     Ok(())
 }
 

@@ -16,6 +16,8 @@ pub static POLICY: Shape = Shape::Fields(&[
     Field::new("environment", ENVIRONMENT),
     Field::new("limits", crate::policy::runtime::LIMITS_YAML),
     Field::new("credentials", Shape::Named(&Shape::Value)),
+    // sandbox-launch's own: mounts placed by name (`--bind` and the like).
+    Field::new("mounts", Shape::List(&crate::policy::mounts::ENTRY_SNAKE)),
     // OpenShell's request middlewares: known, refused (see `mod.rs`).
     Field::value("network_middlewares"),
 ]);

@@ -79,6 +79,15 @@ pub fn parse(text: &str, file: &Path, source: Source) -> Result<Fragment> {
     if let Some(v) = given(map, "network_policies") {
         frag.rules = network::policies(&mut doc, v)?;
     }
+    if let Some(v) = given(map, "mounts") {
+        frag.mounts = crate::policy::mounts::read(
+            &doc,
+            v,
+            &KeyPath::root("mounts"),
+            super::runtime::Style::Snake,
+            None,
+        )?;
+    }
     super::runtime::read(
         &mut doc,
         map,
