@@ -402,3 +402,56 @@ fn check_shows_every_mount() {
         assert!(text.contains(&want), "{want}: {text}");
     }
 }
+
+#[test]
+fn deny_read_inside_a_bind_source_is_masked_at_its_target_too() {
+    for caller in CALLERS {
+        let work = TempDir::new("md-work");
+        let src = TempDir::new_in("/var/tmp", "md-src");
+        let secret = src.write("secret/token", "s3cr3t\n");
+        src.write("open", "open\n");
+        let s = src.path.display();
+        let out = run(
+            caller,
+            &work.path,
+            &[
+                "--deny-read".into(),
+                secret.display().to_string(),
+                "--ro-bind".into(),
+                format!("{s}:/tmp/view"),
+                "--overlay".into(),
+                format!("{s}:/tmp/ov"),
+            ],
+            "cat /tmp/view/open; cat /tmp/view/secret/token /tmp/ov/secret/token 2>/dev/null; \
+             echo done",
+        );
+        let text = stdout(&out);
+        assert!(text.contains("open\n"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("done"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("s3cr3t"), "{caller:?}: {}", explain(&out));
+    }
+}
+
+#[test]
+fn started_as_root_a_writable_bind_of_a_root_owned_tree_keeps_its_owner_on_the_host() {
+    if !integration::is_root() {
+        return; // only root can start the sandbox as root; the unprivileged twin is above
+    }
+    let work = TempDir::new("mi-work");
+    let src = TempDir::new_in("/var/tmp", "mi-src");
+    std::os::unix::fs::chown(&src.path, Some(0), Some(0)).unwrap();
+    let out = run(
+        integration::Caller::Invoker,
+        &work.path,
+        &["--bind".into(), format!("{}:/tmp/data", src.path.display())],
+        "id -u; echo made > /tmp/data/made && echo wrote",
+    );
+    assert!(stdout(&out).contains("65534\nwrote"), "{}", explain(&out));
+    let meta = std::fs::metadata(src.join("made")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (0, 0),
+        "the host's owner, not the sandbox user's"
+    );
+}
