@@ -455,3 +455,51 @@ fn started_as_root_a_writable_bind_of_a_root_owned_tree_keeps_its_owner_on_the_h
         "the host's owner, not the sandbox user's"
     );
 }
+
+#[test]
+fn the_sandboxs_own_files_are_never_created_in_a_bound_host_tree() {
+    for caller in CALLERS {
+        let work = TempDir::new("mf-work");
+        let etc = TempDir::new_in("/var/tmp", "mf-etc");
+        // restricted network (the default) puts its resolver configuration at /etc/resolv.conf.
+        let out = run(
+            caller,
+            &work.path,
+            &["--bind".into(), format!("{}:/etc", etc.path.display())],
+            "echo STARTED",
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(113),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            stderr(&out).contains("would write on the host"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            std::fs::read_dir(&etc.path).unwrap().next().is_none(),
+            "{caller:?}: nothing may appear in the host's tree"
+        );
+        // The twin: with the file there, the sandbox's own covers it inside, the host's stays.
+        etc.write("resolv.conf", "nameserver 192.0.2.1\n");
+        let out = run(
+            caller,
+            &work.path,
+            &["--bind".into(), format!("{}:/etc", etc.path.display())],
+            "cat /etc/resolv.conf",
+        );
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(
+            !stdout(&out).contains("192.0.2.1"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(etc.join("resolv.conf")).unwrap(),
+            "nameserver 192.0.2.1\n"
+        );
+    }
+}

@@ -309,9 +309,9 @@ fn apply(op: &MountOp, attach: &[Attach]) -> R<()> {
                 .map_err(|e| format!("write {}: {e}", src.display()))
                 .at(Step::Mounts)?;
             sys::chmod(&src, 0o644).at(Step::Mounts)?;
-            let tgt = in_newroot(target);
-            ensure_mountpoint(&tgt, false)?;
-            bind_read_only(&src, &tgt)
+            // Placed like the named mounts: never through a symlink, never creating its mount
+            // point in a tree of the host's (a `--bind` over /etc).
+            placed::file_read_only(&src, target)
         }
         MountOp::Mask { target, dir } => {
             let tgt = in_newroot(target);

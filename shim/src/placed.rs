@@ -32,11 +32,16 @@ fn is_dir(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
-fn refused(target: &Path, what: String) -> StepError {
+const NO_LINKS: &str = "choose a target whose every component is a real directory in the sandbox";
+const NO_HOST_WRITE: &str = "mount over a path that exists, or under a --tmpfs; a host tree \
+     mounted over /etc must hold the files the sandbox puts there itself (resolv.conf, the CA \
+     bundle)";
+
+fn refused(target: &Path, what: String, hint: &str) -> StepError {
     StepError::new(
         Step::Mounts,
         format!("mount target {}: {what}", target.display()),
-        Some("choose a target whose every component is a real directory in the sandbox"),
+        Some(hint),
     )
 }
 
@@ -62,24 +67,27 @@ fn open_target(root: BorrowedFd<'_>, target: &Path, dir: bool) -> R<OwnedFd> {
                             "{} does not exist, and creating it would write on the host",
                             walked.display()
                         ),
+                        NO_HOST_WRITE,
                     ));
                 }
                 sys_at::make_at(at.as_fd(), name, dir || !last).at(Step::Mounts)?;
                 sys_at::open_beneath(at.as_fd(), name).at(Step::Mounts)?
             }
-            Err(e) => return Err(refused(target, e.to_string())),
+            Err(e) => return Err(refused(target, e.to_string(), NO_LINKS)),
         };
         let st = sys_at::fstat(next.as_fd()).at(Step::Mounts)?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Err(refused(
                 target,
                 format!("{} is a symlink inside the sandbox", walked.display()),
+                NO_LINKS,
             ));
         }
         if !last && !is_dir(&st) {
             return Err(refused(
                 target,
                 format!("{} is not a directory", walked.display()),
+                NO_LINKS,
             ));
         }
         if last && is_dir(&st) != dir {
@@ -91,6 +99,7 @@ fn open_target(root: BorrowedFd<'_>, target: &Path, dir: bool) -> R<OwnedFd> {
             return Err(refused(
                 target,
                 format!("the source is {want} but the target is {got}"),
+                "mount a directory on a directory and a file on a file",
             ));
         }
         at = next;
@@ -109,17 +118,23 @@ fn open_source(source: &Path, attach: &[Attach]) -> R<OwnedFd> {
         Some((a, r)) => (PathBuf::from("/newroot"), relative(&a.target).join(r)),
         None => (PathBuf::from("/oldroot"), relative(source)),
     };
-    let dir = sys_at::open_dir(&base).at(Step::Mounts)?;
+    open_source_at(&base, &rel).map_err(|e| {
+        StepError::new(
+            Step::Mounts,
+            format!("mount source {}: {e}", source.display()),
+            Some("the source changed since the launch was planned (a symlink appeared on its path?); launch again"),
+        )
+    })
+}
+
+/// `rel` below the directory `base`, without following symlinks.
+fn open_source_at(base: &Path, rel: &Path) -> R<OwnedFd> {
+    let rel = relative(rel);
+    let dir = sys_at::open_dir(base).at(Step::Mounts)?;
     let fd = if rel.as_os_str().is_empty() {
         dir
     } else {
-        sys_at::open_beneath(dir.as_fd(), &rel).map_err(|e| {
-            StepError::new(
-                Step::Mounts,
-                format!("mount source {}: {e}", source.display()),
-                Some("the source changed since the launch was planned (a symlink appeared on its path?); launch again"),
-            )
-        })?
+        sys_at::open_beneath(dir.as_fd(), &rel).at(Step::Mounts)?
     };
     Ok(fd)
 }
@@ -149,6 +164,21 @@ pub fn bind(source: &Path, target: &Path, read_only: bool, attach: &[Attach]) ->
     }
     sys_at::set_attr_tree(tree.as_fd(), attr).at(Step::Mounts)?;
     let to = open_target(root.as_fd(), target, is_dir(&st))?;
+    sys_at::move_onto(tree.as_fd(), to.as_fd()).at(Step::Mounts)
+}
+
+/// Bind the staging file `staged` read-only at `target` (the sandbox's own files: resolver
+/// configuration, trust bundle).
+pub fn file_read_only(staged: &Path, target: &Path) -> R<()> {
+    let root = sys_at::open_dir(Path::new("/newroot")).at(Step::Mounts)?;
+    let src = open_source_at(Path::new("/"), staged)?;
+    let tree = sys_at::clone_tree(src.as_fd()).at(Step::Mounts)?;
+    sys_at::set_attr_tree(
+        tree.as_fd(),
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    )
+    .at(Step::Mounts)?;
+    let to = open_target(root.as_fd(), target, false)?;
     sys_at::move_onto(tree.as_fd(), to.as_fd()).at(Step::Mounts)
 }
 

@@ -111,3 +111,112 @@ impl Planner<'_> {
         ops
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use shim::spec::{Access, MountOp};
+
+    use crate::layout::{plan, HostContext};
+    use crate::policy::model::{MountKind, MountRequest, Policy, Source, Sourced};
+
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("sl-placed-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(std::fs::canonicalize(&p).unwrap())
+    }
+
+    fn policy(mounts: &[(MountKind, &Path, &str)]) -> Policy {
+        let mut p = Policy::default();
+        for (kind, src, dst) in mounts {
+            p.filesystem.mounts.push(Sourced::new(
+                MountRequest {
+                    kind: *kind,
+                    source: Some(src.to_path_buf()),
+                    target: Some(PathBuf::from(dst)),
+                },
+                Source::CommandLine,
+            ));
+        }
+        p
+    }
+
+    fn ctx(cwd: &Path) -> HostContext {
+        HostContext {
+            cwd: cwd.to_path_buf(),
+            home: None,
+            xdg_runtime_dir: None,
+            path_var: None,
+        }
+    }
+
+    #[test]
+    fn a_bound_repository_is_protected_where_it_is_mounted() {
+        let (work, repo) = (dir("work"), dir("repo"));
+        std::fs::create_dir_all(repo.0.join(".git/hooks")).unwrap();
+        std::fs::write(repo.0.join(".git/config"), "[core]\n").unwrap();
+        let layout = plan(
+            &policy(&[(MountKind::Bind, &repo.0, "/tmp/r")]),
+            &ctx(&work.0),
+        )
+        .unwrap();
+        let ops = &layout.mounts.ops;
+        assert!(ops.contains(&MountOp::Bind {
+            source: repo.0.clone(),
+            target: "/tmp/r".into(),
+            read_only: false
+        }));
+        assert!(
+            ops.contains(&MountOp::ReadOnly {
+                source: repo.0.join(".git/hooks"),
+                target: "/tmp/r/.git/hooks".into()
+            }),
+            "{ops:#?}"
+        );
+        assert!(layout.persist.roots.contains(&PathBuf::from("/tmp/r")));
+        assert!(
+            !layout.persist.roots.contains(&repo.0),
+            "the host path is not in the sandbox"
+        );
+        assert!(layout
+            .landlock
+            .iter()
+            .any(|r| r.path == Path::new("/tmp/r") && r.access == Access::Write));
+        assert_eq!(layout.placed_writable, [(repo.0.clone(), "/tmp/r".into())]);
+    }
+
+    #[test]
+    fn read_only_and_overlay_mounts_are_not_persistence_roots() {
+        let (work, src) = (dir("work2"), dir("src2"));
+        let layout = plan(
+            &policy(&[
+                (MountKind::RoBind, &src.0, "/tmp/ro"),
+                (MountKind::Overlay, &src.0, "/tmp/ov"),
+            ]),
+            &ctx(&work.0),
+        )
+        .unwrap();
+        for t in ["/tmp/ro", "/tmp/ov"] {
+            assert!(!layout.persist.roots.contains(&PathBuf::from(t)));
+        }
+        let access = |p: &str| {
+            layout
+                .landlock
+                .iter()
+                .find(|r| r.path == Path::new(p))
+                .map(|r| r.access)
+        };
+        assert_eq!(access("/tmp/ro"), Some(Access::Read));
+        assert_eq!(access("/tmp/ov"), Some(Access::Write));
+        assert!(layout.placed_writable.is_empty());
+    }
+}
