@@ -468,17 +468,20 @@ fn the_sandboxs_own_files_are_never_created_in_a_bound_host_tree() {
             &["--bind".into(), format!("{}:/etc", etc.path.display())],
             "echo STARTED",
         );
-        assert_eq!(
-            out.status.code(),
-            Some(113),
-            "{caller:?}: {}",
-            explain(&out)
-        );
-        assert!(
-            stderr(&out).contains("would write on the host"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
+        let in_etc = std::fs::symlink_metadata("/etc/resolv.conf").is_ok_and(|m| m.is_file());
+        if in_etc {
+            assert_eq!(
+                out.status.code(),
+                Some(113),
+                "{caller:?}: {}",
+                explain(&out)
+            );
+            assert!(
+                stderr(&out).contains("would write on the host"),
+                "{caller:?}: {}",
+                explain(&out)
+            );
+        } // else it goes where the host's link leads (/run/...), a tmpfs of the sandbox
         assert!(
             std::fs::read_dir(&etc.path).unwrap().next().is_none(),
             "{caller:?}: nothing may appear in the host's tree"
