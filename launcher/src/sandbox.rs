@@ -231,7 +231,9 @@ fn op_target(op: &shim::spec::MountOp) -> &Path {
         | Mask { target, .. }
         | File { target, .. }
         | Symlink { target, .. }
-        | Worktree { target, .. } => target,
+        | Worktree { target, .. }
+        | Bind { target, .. }
+        | Overlay { target, .. } => target,
     }
 }
 

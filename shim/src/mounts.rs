@@ -231,9 +231,11 @@ fn mount_dev(shm_size: Option<u64>) -> R<()> {
 /// its idmapping: the host's path may not even be reachable for the sandbox's user); else the
 /// host's (a read-only view would make a writable bind taken from it read-only).
 fn bind_source(source: &Path, attach: &[Attach]) -> PathBuf {
-    match attach.iter().filter(|a| !a.read_only).find_map(|a| {
-        source.strip_prefix(a.source()).ok().map(|r| (a, r))
-    }) {
+    match attach
+        .iter()
+        .filter(|a| !a.read_only)
+        .find_map(|a| source.strip_prefix(a.source()).ok().map(|r| (a, r)))
+    {
         Some((a, rel)) => in_newroot(&a.target.join(rel)),
         None => in_oldroot(source),
     }

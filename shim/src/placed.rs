@@ -144,10 +144,7 @@ fn open_source_at(base: &Path, rel: &Path) -> R<OwnedFd> {
 pub fn bind(source: &Path, target: &Path, read_only: bool, attach: &[Attach]) -> R<()> {
     let root = sys_at::open_dir(Path::new("/newroot")).at(Step::Mounts)?;
     if !read_only {
-        if let Some(tree) = attach
-            .iter()
-            .find(|a| !a.read_only && a.source() == source)
-        {
+        if let Some(tree) = attach.iter().find(|a| !a.read_only && a.source() == source) {
             let to = open_target(root.as_fd(), target, tree.dir)?;
             // SAFETY: the descriptor was inherited across the clone for this purpose and stays
             // open until the sandbox is built; it is only borrowed here.
