@@ -398,6 +398,8 @@ fn check_shows_every_mount() {
         "--tmpfs /tmp/t".into(),
         "persistence protections apply".into(),
         "read-only for every user inside".into(),
+        // The writable bind is a writable tree of the persistence model, where it is inside.
+        "\n    /tmp/b\n".into(),
     ] {
         assert!(text.contains(&want), "{want}: {text}");
     }

@@ -86,6 +86,8 @@ impl Planner<'_> {
             ops.extend(binds.into_iter().map(|op| move_op(m, op)));
             let spec = move_spec(m, &prot.spec);
             let out = &mut self.out;
+            add(&mut out.protections.spec.roots, spec.roots.clone());
+            add(&mut out.protections.spec.rules, spec.rules.clone());
             add(&mut out.persist.roots, spec.roots);
             add(&mut out.persist.rules, spec.rules);
             add(&mut out.persist.overrides, spec.overrides);
@@ -183,6 +185,11 @@ mod tests {
             "{ops:#?}"
         );
         assert!(layout.persist.roots.contains(&PathBuf::from("/tmp/r")));
+        assert!(layout
+            .protections
+            .spec
+            .roots
+            .contains(&PathBuf::from("/tmp/r")));
         assert!(
             !layout.persist.roots.contains(&repo.0),
             "the host path is not in the sandbox"
