@@ -397,3 +397,82 @@ def socks_status(label, atyp, addr, port):
         }
     }
 }
+
+#[test]
+fn an_inspected_tunnel_never_switches_to_h2c() {
+    // Plain HTTP in a CONNECT tunnel to an endpoint with request rules is read by the proxy
+    // request by request; after a switch to HTTP/2 over cleartext the server would read
+    // requests the proxy never saw. The offer is taken off: the server answers HTTP/1.1.
+    const SWITCH: &str = r#"
+def h2c(label, port):
+    s, status = tunnel("connect", port)
+    s.sendall(b"GET /" + label.encode() + b" HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        c = s.recv(1)
+        if not c:
+            break
+        head += c
+    block = b"\x82\x86\x41\x0bdenied.test\x44\x10/smuggled-h2c-in"
+    frame = len(block).to_bytes(3, "big") + b"\x01\x05" + (3).to_bytes(4, "big") + block
+    try:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + frame)
+        s.settimeout(1)
+        s.recv(4096)
+    except OSError:
+        pass
+    print(label + "=" + head.split(b"\r\n")[0].decode(errors="replace"))
+"#;
+    for caller in CALLERS {
+        let http = HttpRecorder::start();
+        let port = http.port;
+        let work = TempDir::new("h2c-inspected");
+        let policy = work.write(
+            "policy.yaml",
+            &format!(
+                "version: 1
+network_policies:
+  api:
+    name: api
+    endpoints:
+      - host: allowed.test
+        port: {port}
+        protocol: rest
+        rules:
+          - allow: {{method: GET, path: /**}}
+    binaries:
+      - path: /**
+"
+            ),
+        );
+        let py = work.write(
+            "h2c.py",
+            &format!("{PRELUDE}{SWITCH}h2c(\"h2c-inspected\", {port})\n"),
+        );
+        let opts = [
+            "--network",
+            "restricted",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--resolve",
+            "allowed.test:127.0.0.1",
+        ];
+        let out = sh(
+            caller,
+            &work.path,
+            &opts,
+            &format!("python3 {}", py.display()),
+        );
+        let ctx = || format!("{caller:?}: {}", explain(&out));
+        assert_eq!(
+            line(&stdout(&out), "h2c-inspected"),
+            "HTTP/1.1 200 OK",
+            "{}",
+            ctx()
+        );
+        assert!(http.saw("/h2c-inspected"), "{}", ctx());
+        let switched = http.switched();
+        assert!(switched.is_empty(), "{switched:?}: {}", ctx());
+        assert!(!http.saw("smuggled"), "{}", ctx());
+    }
+}

@@ -271,6 +271,10 @@ async fn one_request(
     {
         return refused;
     }
+    // No protocol switch is relayed here: an offer (`Upgrade: h2c`, WebSocket) is taken off, and
+    // the server answers the HTTP/1.1 request it also is (RFC 9110 §7.8 lets it ignore it).
+    req.headers_mut().remove(hyper::header::UPGRADE);
+    req.headers_mut().remove("http2-settings");
     let default_port = if protocol == "https" { 443 } else { 80 };
     if let Err(why) = super::http_tunnel::tell_checked_host(&mut req, &host, port, default_port) {
         return super::answer::bad_request(&why);
