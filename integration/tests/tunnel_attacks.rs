@@ -476,3 +476,85 @@ network_policies:
         assert!(!http.saw("smuggled"), "{}", ctx());
     }
 }
+
+#[test]
+fn pipelined_and_smuggled_requests_are_each_decided_by_the_request_rules() {
+    // GET under /items/ is allowed, nothing else: on one kept-alive connection, through the
+    // plain-HTTP proxy and an inspected CONNECT tunnel, the second (pipelined) request asks for
+    // another path and a third for an allowed one again; a smuggled request hides in a body.
+    for caller in CALLERS {
+        let http = HttpRecorder::start();
+        let port = http.port;
+        let work = TempDir::new("pipelined-rules");
+        let policy = work.write(
+            "policy.yaml",
+            &format!(
+                "version: 1
+network_policies:
+  api:
+    name: api
+    endpoints:
+      - host: allowed.test
+        port: {port}
+        protocol: rest
+        rules:
+          - allow: {{method: GET, path: /items/**}}
+    binaries:
+      - path: /**
+"
+            ),
+        );
+        let mut script = PRELUDE.to_string();
+        for way in ["plain", "connect"] {
+            let t = |path: &str| target(way, port, path);
+            let pipelined = format!(
+                r"GET {} HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET {} HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET {} HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n",
+                t(&format!("/items/one-{way}")),
+                t(&format!("/secret/two-{way}")),
+                t(&format!("/items/three-{way}")),
+            );
+            script += &format!("send(\"pipe-{way}\", \"{way}\", {port}, b\"{pipelined}\")\n");
+            let smuggled = format!(
+                r"GET {} HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /secret/smuggled-{way} HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+                t(&format!("/items/carrier-{way}")),
+            );
+            script += &format!("send(\"smuggle-{way}\", \"{way}\", {port}, b\"{smuggled}\")\n");
+        }
+        let py = work.write("rules.py", &script);
+        let opts = [
+            "--network",
+            "restricted",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--resolve",
+            "allowed.test:127.0.0.1",
+        ];
+        let out = sh(
+            caller,
+            &work.path,
+            &opts,
+            &format!("python3 {}", py.display()),
+        );
+        let text = stdout(&out);
+        let ctx = || format!("{caller:?}: {}", explain(&out));
+        for way in ["plain", "connect"] {
+            assert!(http.saw(&format!("/items/one-{way}")), "{}", ctx());
+            assert!(http.saw(&format!("/items/three-{way}")), "{}", ctx());
+            assert!(!http.saw(&format!("/secret/two-{way}")), "{}", ctx());
+            assert!(
+                line(&text, &format!("pipe-{way}")).contains("403 Forbidden"),
+                "{}",
+                ctx()
+            );
+            assert!(http.saw(&format!("/items/carrier-{way}")), "{}", ctx());
+        }
+        for r in http.requests() {
+            assert!(!r.target.contains("secret"), "{r:?}: {}", ctx());
+            assert!(
+                r.content_lengths.len() + r.transfer_encodings.len() <= 1,
+                "{r:?}"
+            );
+        }
+        assert_eq!(http.garbled(), 0, "{}", ctx());
+    }
+}
