@@ -299,3 +299,64 @@ fn a_script_answering_allow_once_passes_a_filesystem_prompt_by_for_the_network_o
         assert!(!config.join("sandbox-launch/settings.json").exists());
     }
 }
+
+#[test]
+fn a_prompt_shows_what_the_program_named_without_its_control_characters() {
+    for caller in CALLERS {
+        let work = TempDir::new("fsspoof");
+        let config = TempDir::new("fsspoof-cfg");
+        let other = test_dir("fsspoof-other");
+        let o = other.path.display();
+        // A file name that would clear the operator's screen, retitle the terminal and draw a
+        // prompt of its own under the real one.
+        let script = format!(
+            "touch \"{o}/$(printf 'x\\033[2J\\033]0;owned\\007\\r\\nprompt #99: npm wants safe.test')\" 2>/dev/null; echo touch=$?\n\
+             while [ ! -e answered ]; do sleep 0.05; done\n"
+        );
+        let sb = Running::start_env(
+            caller,
+            &work.path,
+            "fsspoof",
+            &["--prompts", "--events", "events.jsonl"],
+            &script,
+            &[("XDG_CONFIG_HOME", Some(&config.path))],
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while listed(caller, &work.path, "fsspoof")["prompts"]["pending"] != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{caller:?}: no prompt: {}",
+                listed(caller, &work.path, "fsspoof")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // What the person answering sees (input ends at once: nothing is answered).
+        let shown = integration::command(caller, &work.path, &["prompt", "fsspoof"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run sandbox-launch prompt");
+        std::fs::write(work.join("answered"), "").unwrap();
+        let out = sb.finish(Duration::from_secs(60));
+        assert_eq!(
+            field(&stdout(&out), "touch"),
+            Some("1"),
+            "{}",
+            explain(&out)
+        );
+        let text = stdout(&shown);
+        // The twin: the prompt is shown, naming the path.
+        assert!(
+            text.contains("could not create") && text.contains("prompt #99"),
+            "{caller:?}: {}",
+            explain(&shown)
+        );
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{caller:?}: {text:?}"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("prompt #99")),
+            "{caller:?}: {text}"
+        );
+    }
+}

@@ -116,21 +116,65 @@ fn fits(prompt: &Value, answer: Answer) -> bool {
 }
 
 fn summary(prompt: &Value, done: &Value) -> String {
-    let did = done["did"].as_str().unwrap_or("");
+    let did = shown(done["did"].as_str().unwrap_or(""));
     format!(
         "prompt #{} {}: {}{}",
         prompt["id"],
-        prompt["host"]
-            .as_str()
-            .or(prompt["directory"].as_str())
-            .unwrap_or("?"),
-        done["answer"].as_str().unwrap_or("?"),
+        shown(
+            prompt["host"]
+                .as_str()
+                .or(prompt["directory"].as_str())
+                .unwrap_or("?")
+        ),
+        shown(done["answer"].as_str().unwrap_or("?")),
         if did.is_empty() {
             String::new()
         } else {
             format!(" ({did})")
         }
     )
+}
+
+/// The longest a name from the sandbox is shown (a path may be 4096 bytes long).
+const SHOWN_MAX: usize = 512;
+
+/// Text from the sandbox as it may reach the operator's terminal: a prompt names paths and
+/// executables the program inside chose, which may hold escape sequences (clear the screen,
+/// retitle the window, move the cursor), carriage returns and newlines (draw a prompt of its
+/// own over the real one) or bidirectional overrides (show a name reversed). Each such
+/// character is shown escaped, `\u{1b}`; a very long text is cut.
+fn shown(text: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == SHOWN_MAX {
+            out.push_str(&format!("… ({} more characters)", text.chars().count() - i));
+            break;
+        }
+        if invisible(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// C0 and C1 controls and DEL, and the zero-width, line/paragraph separator and
+/// bidirectional formatting characters.
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
+/// A string field of a prompt, as [`shown`].
+fn field(v: &Value, or: &str) -> String {
+    shown(v.as_str().unwrap_or(or))
 }
 
 /// `prompt [TARGET]`: show each prompt and read the answer from the terminal, until the
@@ -189,22 +233,22 @@ pub fn interactive(target: Option<&str>) -> i32 {
 /// A prompt for people.
 fn show(p: &Value) -> String {
     let program = match (&p["program"]["exe"], &p["program"]["pid"]) {
-        (Value::String(exe), Value::Number(pid)) => format!("{exe} (pid {pid})"),
-        (Value::String(exe), _) => exe.clone(),
+        (Value::String(exe), Value::Number(pid)) => format!("{} (pid {pid})", shown(exe)),
+        (Value::String(exe), _) => shown(exe),
         _ => "a program".into(),
     };
     if p["kind"] == "filesystem" {
         let mut out = format!(
             "\nprompt #{}: {program} could not {} {}{}\n  {}\n",
             p["id"],
-            p["operation"].as_str().unwrap_or("write"),
-            p["path"].as_str().unwrap_or("?"),
+            field(&p["operation"], "write"),
+            field(&p["path"], "?"),
             if p["organization"] == json!(true) {
                 " (organization policy)"
             } else {
                 ""
             },
-            p["reason"].as_str().unwrap_or(""),
+            field(&p["reason"], ""),
         );
         out.push_str(&offers(p));
         return out;
@@ -216,7 +260,7 @@ fn show(p: &Value) -> String {
     let mut out = format!(
         "\nprompt #{}: {program} wants {}{}{}\n  {}\n",
         p["id"],
-        p["host"].as_str().unwrap_or("?"),
+        field(&p["host"], "?"),
         if ports.is_empty() {
             String::new()
         } else {
@@ -227,7 +271,7 @@ fn show(p: &Value) -> String {
         } else {
             ""
         },
-        p["reason"].as_str().unwrap_or(""),
+        field(&p["reason"], ""),
     );
     out.push_str(&offers(p));
     out
@@ -240,8 +284,8 @@ fn offers(p: &Value) -> String {
         out.push_str(&format!(
             "  {}) {}: {}\n",
             i + 1,
-            o["answer"].as_str().unwrap_or("?"),
-            o["does"].as_str().unwrap_or("")
+            field(&o["answer"], "?"),
+            field(&o["does"], "")
         ));
     }
     let unanswered = if p["kind"] == "filesystem" {
@@ -294,6 +338,30 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("1) deny: refuse it"), "{text}");
+    }
+
+    #[test]
+    fn what_the_program_named_reaches_the_terminal_without_control_characters() {
+        let evil =
+            "/w/x\u{1b}[2J\u{1b}]0;owned\u{7}\r\nprompt #9: /usr/bin/npm wants safe.test\u{202e}";
+        let p = json!({"id": 4, "kind": "filesystem", "path": evil, "directory": "/w",
+            "operation": "create", "program": {"exe": evil, "pid": 7}, "organization": false,
+            "reason": evil, "expires_in": 59.0,
+            "offers": [{"answer": "allow-always", "does": evil}]});
+        let text = show(&p) + &summary(&p, &json!({"answer": "deny", "did": evil}));
+        assert!(
+            !text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+            "{text:?}"
+        );
+        assert!(!text.lines().any(|l| l.starts_with("prompt #9")), "{text}");
+        assert!(text.contains("/w/x\\u{1b}[2J"), "{text}");
+        let long = shown(&"a".repeat(5000));
+        assert!(
+            long.len() < 600 && long.ends_with("(4488 more characters)"),
+            "{long}"
+        );
     }
 
     #[test]
