@@ -600,25 +600,45 @@ case \"$TMPDIR\" in /tmp/.sandbox-launch-nested-*) echo own-tmpdir;; esac";
 }
 
 #[test]
-fn a_nested_worktree_is_refused_and_the_checkout_untouched() {
+fn a_nested_worktree_or_mount_is_refused_and_the_checkout_untouched() {
     for caller in CALLERS {
         let dir = TempDir::new("nest-worktree");
         let work = dir.mkdir("work");
         let bin = inner_launcher(&dir);
-        let script = format!(
-            "{} whole-process --worktree -- /bin/sh -c 'echo changed > file.txt'; echo inner=$?",
-            bin.display()
-        );
-        let out = integration::sh(caller, &work, &[], &script);
-        assert!(has_line(&out, "inner=113"), "{caller:?}: {}", explain(&out));
-        assert!(
-            integration::stderr(&out).contains("give --worktree to the outer sandbox"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
-        assert!(
-            !work.join("file.txt").exists(),
-            "{caller:?}: the checkout was written"
-        );
+        let w = work.display();
+        for (opts, hint) in [
+            (
+                "--worktree".to_string(),
+                "give --worktree to the outer sandbox",
+            ),
+            (
+                format!("--overlay {w}"),
+                "give the mounts to the outer sandbox",
+            ),
+            (
+                format!("--tmpfs {w}"),
+                "give the mounts to the outer sandbox",
+            ),
+        ] {
+            let script = format!(
+                "{} whole-process {opts} -- /bin/sh -c 'echo changed > file.txt'; echo inner=$?",
+                bin.display()
+            );
+            let out = integration::sh(caller, &work, &[], &script);
+            assert!(
+                has_line(&out, "inner=113"),
+                "{caller:?} {opts}: {}",
+                explain(&out)
+            );
+            assert!(
+                integration::stderr(&out).contains(hint),
+                "{caller:?} {opts}: {}",
+                explain(&out)
+            );
+            assert!(
+                !work.join("file.txt").exists(),
+                "{caller:?} {opts}: the checkout was written"
+            );
+        }
     }
 }

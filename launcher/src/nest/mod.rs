@@ -192,6 +192,22 @@ fn plan(
     events: Arc<EventSink>,
 ) -> Result<Nested, StepError> {
     let (policy, cwd) = sandbox::load_policy(args)?;
+    if !policy.filesystem.mounts.is_empty() {
+        // Ignored, a bind or tmpfs would leave its target to be written as the host path it
+        // is there, and an overlay's source would be written itself.
+        return Err(StepError::new(
+            Step::Mounts,
+            format!(
+                "{} mount(s) asked for (--bind, --ro-bind, --overlay, --tmpfs or a policy's \
+                 `mounts`): a nested sandbox cannot mount (no mount can be made inside a sandbox)",
+                policy.filesystem.mounts.len()
+            ),
+            Some(
+                "give the mounts to the outer sandbox; --allow-write, --deny-write and \
+                 --deny-read work nested",
+            ),
+        ));
+    }
     // Nothing can be mounted from inside a sandbox: refused rather than left out.
     if let Some(m) = policy.filesystem.mounts.first() {
         return Err(StepError::new(
