@@ -596,3 +596,23 @@ fn the_events_stream_names_the_worktree() {
     assert_eq!(line["checkout"], s.project.path.to_str().unwrap());
     assert!(s.cmd(&["discard", "wt-events"]).status.success());
 }
+
+#[test]
+fn a_huge_sparse_file_is_named_not_shown_and_applied_without_filling_the_disk() {
+    let s = Setup::new(Caller::Unprivileged, "huge");
+    let out = s.run("wt-huge", "truncate -s 20G huge && printf end >> huge");
+    assert!(out.status.success(), "{}", explain(&out));
+    let d = s.cmd(&["diff", "wt-huge"]);
+    assert!(d.status.success(), "{}", explain(&d));
+    assert!(
+        stdout(&d).contains("# huge: 21474836483 bytes, too large to show"),
+        "{}",
+        explain(&d)
+    );
+    let a = s.cmd(&["apply", "wt-huge"]);
+    assert!(a.status.success(), "{}", explain(&a));
+    let m = std::fs::metadata(s.project.join("huge")).unwrap();
+    assert_eq!(m.len(), 21474836483);
+    assert!(m.blocks() * 512 < 1 << 20, "{} blocks", m.blocks());
+    assert!(s.cmd(&["discard", "wt-huge"]).status.success());
+}

@@ -345,8 +345,8 @@ fn stage_one(upper: &OwnedFd, commit: &mut Commit<'_>, rel: &Path, st: &Stat) ->
     };
     os(fd, "create a staged file")?;
     // SAFETY: a fresh descriptor we own.
-    let mut dst = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    std::io::copy(&mut std::fs::File::from(src), &mut dst)
+    let dst = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    super::sparse::copy(&std::fs::File::from(src), &dst)
         .with_context(|| format!("copy {}", rel.display()))?;
     // Permissions as the program left them, without set-id or sticky bits.
     // SAFETY: a valid descriptor.

@@ -10,7 +10,8 @@
 //! * `manifest` — the checkout's state at launch, for `apply`'s checks;
 //! * `beneath` — paths below a root, never following a symlink;
 //! * `changes` — the upper layer read back as changes; `classify` sorts them;
-//! * `patch` — the patch; `apply` — the apply; `commands` — the subcommands.
+//! * `patch` — the patch; `apply` — the apply (`sparse`: copies that keep holes);
+//!   `commands` — the subcommands.
 
 pub mod apply;
 mod beneath;
@@ -20,4 +21,5 @@ pub mod commands;
 pub mod launch;
 pub mod manifest;
 pub mod patch;
+mod sparse;
 pub mod store;
