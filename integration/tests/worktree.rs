@@ -12,7 +12,10 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use integration::{command, explain, is_root, stderr, stdout, Caller, TempDir, CALLERS};
+use integration::{
+    command, command_with, explain, fault_inject, is_root, launcher, stderr, stdout, Caller,
+    TempDir, CALLERS,
+};
 
 const STATE_BASE: &str = "/var/cache/sandbox-launch-tests";
 
@@ -615,4 +618,48 @@ fn a_huge_sparse_file_is_named_not_shown_and_applied_without_filling_the_disk() 
     assert_eq!(m.len(), 21474836483);
     assert!(m.blocks() * 512 < 1 << 20, "{} blocks", m.blocks());
     assert!(s.cmd(&["discard", "wt-huge"]).status.success());
+}
+
+#[test]
+fn a_state_directory_without_user_xattrs_refuses_the_launch_with_the_fix() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "noxattr");
+        let before = snapshot(&s.project.path);
+        // setxattr answers as on a filesystem without user attributes.
+        let sl = launcher().to_str().unwrap().to_string();
+        let fault = format!("{}=EOPNOTSUPP", libc::SYS_setxattr);
+        let args = [
+            "--errno",
+            &fault,
+            "--",
+            &sl,
+            "whole-process",
+            "--worktree",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo ran > marker",
+        ];
+        let out = command_with(fault_inject(), caller, &s.project.path, &args)
+            .env("XDG_STATE_HOME", &s.state.path)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(113),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let e = stderr(&out);
+        assert!(
+            e.contains("user extended attributes") && e.contains("XDG_STATE_HOME"),
+            "{e}"
+        );
+        assert_eq!(
+            snapshot(&s.project.path),
+            before,
+            "{caller:?}: the program ran"
+        );
+        assert!(s.kept().is_empty(), "{caller:?}: {:?}", s.kept());
+    }
 }
