@@ -220,6 +220,23 @@ fn worktree_leaves_the_checkout_untouched_and_apply_applies_what_the_program_saw
             "{}",
             explain(&d)
         );
+        let st = s.cmd(&["diff", "--stat", "wt-main"]);
+        assert!(st.status.success(), "{}", explain(&st));
+        for line in [
+            "M\tsrc/a.txt",
+            "M\tbin.dat",
+            "D\tgone.txt",
+            "D\tolddir/",
+            "D\tolddir/y/z",
+            "A\tnew/deep/f",
+            "M\tsrc/nested/n.txt",
+            "A\tsrc/link",
+            "X\tpipe",
+            "A\t.git/hooks/pre-commit\tpersistence",
+        ] {
+            let listed = stdout(&st).lines().any(|l| l == line);
+            assert!(listed, "{caller:?}: no {line:?} in\n{}", stdout(&st));
+        }
         let copy = TempDir::new("wt-copy");
         let status = Command::new("cp")
             .arg("-a")

@@ -129,6 +129,11 @@ pub enum Command {
         /// The worktree's id or name (`sandbox-launch worktrees`).
         #[arg(value_name = "ID|NAME")]
         target: String,
+        /// One line per changed path instead of the patch: `A` added, `M` modified, `D`
+        /// deleted, `T` type changed, `X` not applicable (fifo, device); persistence surfaces
+        /// marked `persistence`.
+        #[arg(long)]
+        stat: bool,
     },
     /// Apply a worktree's changes to its checkout: all or nothing, refused when a path it
     /// changes was changed in the checkout since the sandbox started, and refused when it

@@ -54,7 +54,7 @@ fn main() {
         cli::Command::Deny { target, domain } => control::commands::deny(&target, &domain),
         cli::Command::Stop { target, grace } => control::commands::stop(&target, grace),
         cli::Command::Worktrees { json } => worktree::commands::list(json),
-        cli::Command::Diff { target } => worktree::commands::diff(&target),
+        cli::Command::Diff { target, stat } => worktree::commands::diff(&target, stat),
         cli::Command::Apply {
             target,
             include_persistence,

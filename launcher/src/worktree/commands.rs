@@ -64,8 +64,38 @@ pub fn list(as_json: bool) -> i32 {
     })())
 }
 
-/// `diff ID|NAME`: the patch on stdout, a summary on stderr.
-pub fn diff(target: &str) -> i32 {
+/// `diff --stat`'s lines: one per path that changes (directories only when nothing below
+/// them is listed), a deletion followed by an addition of the same path as one `T`.
+fn stat_lines(all: &[Change]) -> Vec<String> {
+    let mut rows: Vec<(Vec<u8>, char, String)> = Vec::new();
+    for c in all.iter().filter(|c| c.class != Class::Repository) {
+        let (letter, dir) = match &c.op {
+            Op::Add { new } => ('A', new.kind == beneath::Kind::Dir),
+            Op::Delete { old } => ('D', old.kind == beneath::Kind::Dir),
+            Op::Modify { .. } => ('M', false),
+            Op::DirMode { .. } => ('M', true),
+            Op::Special { .. } => ('X', false),
+        };
+        let key = changes::bytes(&c.rel).to_vec();
+        if let Some(row) = rows.iter_mut().find(|r| r.0 == key) {
+            row.1 = 'T';
+            continue;
+        }
+        let note = match &c.class {
+            Class::Persistence(_) => "\tpersistence".to_string(),
+            _ => String::new(),
+        };
+        let shown = format!("{}{}", patch::quote("", &key), if dir { "/" } else { "" });
+        rows.push((key, letter, format!("{shown}{note}")));
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows.into_iter()
+        .map(|(_, l, rest)| format!("{l}\t{rest}"))
+        .collect()
+}
+
+/// `diff ID|NAME [--stat]`: the patch (or one line per path) on stdout, a summary on stderr.
+pub fn diff(target: &str, stat: bool) -> i32 {
     report((|| {
         let w = Store::locate()?.find(target)?;
         if w.running() {
@@ -75,8 +105,16 @@ pub fn diff(target: &str) -> i32 {
             );
         }
         let all = scan(&w)?;
-        let sides = Sides::open(&w.upper(), &w.meta.project)?;
         let mut out = std::io::stdout().lock();
+        if stat {
+            for line in stat_lines(&all) {
+                writeln!(out, "{line}")?;
+            }
+            out.flush()?;
+            summary(&w, &all);
+            return Ok(0);
+        }
+        let sides = Sides::open(&w.upper(), &w.meta.project)?;
         out.write_all(&patch::render(&all, &sides, false)?)?;
         let surfaces = patch::render(&all, &sides, true)?;
         out.write_all(&surfaces)?;
