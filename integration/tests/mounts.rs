@@ -508,3 +508,52 @@ fn the_sandboxs_own_files_are_never_created_in_a_bound_host_tree() {
         );
     }
 }
+
+#[test]
+fn a_mount_the_kernel_only_pretends_to_make_stops_the_launch() {
+    for caller in CALLERS {
+        let work = TempDir::new("mk-work");
+        let src = TempDir::new_in("/var/tmp", "mk-src");
+        src.write("f", "f\n");
+        let ro = format!("{}:/tmp/ro", src.path.display());
+        let launcher = integration::launcher().to_str().unwrap().to_string();
+        // move_mount "succeeds" without doing anything: every placed mount (the private /tmp
+        // first) would be missing.
+        let args = [
+            "--errno",
+            "move_mount=0",
+            "--",
+            &launcher,
+            "whole-process",
+            "--ro-bind",
+            &ro,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo STARTED",
+        ];
+        let out = integration::command_with(integration::fault_inject(), caller, &work.path, &args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(113),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!stdout(&out).contains("STARTED"), "{caller:?}");
+        assert!(
+            stderr(&out).contains("not in place after the kernel reported it done"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // The twin: the same launch without the fault runs.
+        let out = run(
+            caller,
+            &work.path,
+            &["--ro-bind".into(), ro.clone()],
+            "cat /tmp/ro/f",
+        );
+        assert_eq!(stdout(&out), "f\n", "{caller:?}: {}", explain(&out));
+    }
+}

@@ -107,6 +107,29 @@ fn open_target(root: BorrowedFd<'_>, target: &Path, dir: bool) -> R<OwnedFd> {
     Ok(at)
 }
 
+/// After a mount was moved onto `target`: what is there now must be what was mounted (the same
+/// inode of the same filesystem) and, for a read-only mount, read-only. A kernel (or a filter)
+/// that reports success without doing it does not leave the sandbox without its mount.
+fn confirm(target: &Path, mounted: &libc::stat, read_only: bool) -> R<()> {
+    let root = sys_at::open_dir(Path::new("/newroot")).at(Step::Mounts)?;
+    let fd = sys_at::open_beneath(root.as_fd(), &relative(target)).at(Step::Mounts)?;
+    let st = sys_at::fstat(fd.as_fd()).at(Step::Mounts)?;
+    let flags = sys_at::fs_flags(fd.as_fd()).at(Step::Mounts)?;
+    let there = (st.st_dev, st.st_ino) == (mounted.st_dev, mounted.st_ino);
+    if !there || (read_only && flags & libc::ST_RDONLY == 0) {
+        return Err(StepError::new(
+            Step::Mounts,
+            format!(
+                "the mount at {} is not in place after the kernel reported it done{}",
+                target.display(),
+                if there { " (it is writable)" } else { "" }
+            ),
+            Some("the kernel or a seccomp filter around the launcher fakes mount calls; run `sandbox-launch doctor`"),
+        ));
+    }
+    Ok(())
+}
+
 /// The host object `source`, opened without following symlinks (the launcher resolved them):
 /// from an attached tree when it lies in one (see `mounts::bind_source`), else from the old root.
 fn open_source(source: &Path, attach: &[Attach]) -> R<OwnedFd> {
@@ -149,7 +172,9 @@ pub fn bind(source: &Path, target: &Path, read_only: bool, attach: &[Attach]) ->
             // SAFETY: the descriptor was inherited across the clone for this purpose and stays
             // open until the sandbox is built; it is only borrowed here.
             let from = unsafe { BorrowedFd::borrow_raw(tree.fd) };
-            return sys_at::move_onto(from, to.as_fd()).at(Step::Mounts);
+            let st = sys_at::fstat(from).at(Step::Mounts)?;
+            sys_at::move_onto(from, to.as_fd()).at(Step::Mounts)?;
+            return confirm(target, &st, false);
         }
     }
     let src = open_source(source, attach)?;
@@ -161,7 +186,8 @@ pub fn bind(source: &Path, target: &Path, read_only: bool, attach: &[Attach]) ->
     }
     sys_at::set_attr_tree(tree.as_fd(), attr).at(Step::Mounts)?;
     let to = open_target(root.as_fd(), target, is_dir(&st))?;
-    sys_at::move_onto(tree.as_fd(), to.as_fd()).at(Step::Mounts)
+    sys_at::move_onto(tree.as_fd(), to.as_fd()).at(Step::Mounts)?;
+    confirm(target, &st, read_only)
 }
 
 /// Bind the staging file `staged` read-only at `target` (the sandbox's own files: resolver
@@ -175,8 +201,10 @@ pub fn file_read_only(staged: &Path, target: &Path) -> R<()> {
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )
     .at(Step::Mounts)?;
+    let st = sys_at::fstat(tree.as_fd()).at(Step::Mounts)?;
     let to = open_target(root.as_fd(), target, false)?;
-    sys_at::move_onto(tree.as_fd(), to.as_fd()).at(Step::Mounts)
+    sys_at::move_onto(tree.as_fd(), to.as_fd()).at(Step::Mounts)?;
+    confirm(target, &st, true)
 }
 
 static N: AtomicUsize = AtomicUsize::new(0);
@@ -205,7 +233,9 @@ fn place(from: &Path, target: &Path) -> R<()> {
     let root = sys_at::open_dir(Path::new("/newroot")).at(Step::Mounts)?;
     let to = open_target(root.as_fd(), target, true)?;
     let mnt = sys_at::open_dir(from).at(Step::Mounts)?;
-    sys_at::move_onto(mnt.as_fd(), to.as_fd()).at(Step::Mounts)
+    let st = sys_at::fstat(mnt.as_fd()).at(Step::Mounts)?;
+    sys_at::move_onto(mnt.as_fd(), to.as_fd()).at(Step::Mounts)?;
+    confirm(target, &st, false)
 }
 
 /// A fresh, private, writable tmpfs at `target`.

@@ -112,6 +112,18 @@ pub fn fs_type(fd: BorrowedFd<'_>) -> SysResult<i64> {
     Ok(st.f_type as i64)
 }
 
+/// The mount flags (`ST_RDONLY`, ...) of what `fd` is on.
+pub fn fs_flags(fd: BorrowedFd<'_>) -> SysResult<u64> {
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor (O_PATH ones serve fstatfs, which this wraps) and out pointer.
+    let ret = unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) };
+    if ret < 0 {
+        return Err(fail("fstatvfs(fd)".into()));
+    }
+    Ok(st.f_flag as u64)
+}
+
 /// Create the directory (or empty file) `name` in `dir`.
 pub fn make_at(dir: BorrowedFd<'_>, name: &Path, is_dir: bool) -> SysResult<()> {
     let n = cname(name);
