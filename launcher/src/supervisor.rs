@@ -249,6 +249,8 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
     );
     violations.finish();
     if timed_out {
+        // "Nothing left" includes init itself, which may still be ending.
+        wait_exit(shim_proc.pid);
         let after = crate::limits::quantity::show_duration(launch.timeout.unwrap_or_default());
         eprintln!("sandbox-launch: the program ran out of time (--timeout {after}) and was stopped, with everything it started");
         launch
