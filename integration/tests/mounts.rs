@@ -557,3 +557,36 @@ fn a_mount_the_kernel_only_pretends_to_make_stops_the_launch() {
         assert_eq!(stdout(&out), "f\n", "{caller:?}: {}", explain(&out));
     }
 }
+
+#[test]
+fn a_policy_files_mounts_apply_as_the_flags_do() {
+    for caller in CALLERS {
+        let work = TempDir::new("mp-work");
+        let data = TempDir::new_in("/var/tmp", "mp-data");
+        data.write("d", "data\n");
+        let policy = work.write(
+            "policy.yaml",
+            &format!(
+                "version: 1\n\
+                 filesystem_policy:\n  include_workdir: true\n  read_only: [/usr]\n\
+                 mounts:\n  - ro_bind: {}:/data\n  - tmpfs: /scratch\n",
+                data.path.display()
+            ),
+        );
+        let out = run(
+            caller,
+            &work.path,
+            &["--policy".into(), policy.display().to_string()],
+            "cat /data/d; echo x > /data/x || echo ro-refused; echo s > /scratch/s && echo \
+             scratch-ok; test -e /etc/passwd && echo PRESENT; true",
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("data\nro-refused\nscratch-ok\n"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!text.contains("PRESENT"), "{caller:?}: {}", explain(&out));
+        assert!(!data.join("x").exists());
+    }
+}
