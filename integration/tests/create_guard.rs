@@ -401,3 +401,91 @@ fn on_a_kernel_without_killable_waits_the_guard_still_survives_signals() {
         assert!(text.contains("ENOSYS 0 "), "{caller:?}: {}", explain(&out));
     }
 }
+
+/// Writers of a FIFO nobody reads, each waiting in its open, up to the process limit: the guard
+/// opens each on a thread of init's, and those count against the limit too. Then a creation,
+/// the FIFO's reader, which lets the waiting writers through, and another creation.
+const FIFO_FLOOD: &str = r#"
+import os, time
+os.mkfifo("f")
+kids = []
+for i in range(40):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        try:
+            open("f", "w").close()
+        except OSError:
+            os._exit(1)
+        os._exit(0)
+    kids.append(pid)
+time.sleep(2)
+def made(name):
+    try:
+        os.mkdir(name)
+        return 0
+    except OSError as e:
+        return e.errno
+print("after=%d" % made("after"), flush=True)
+fd = os.open("f", os.O_RDONLY | os.O_NONBLOCK)
+for pid in kids:
+    os.waitpid(pid, 0)
+os.close(fd)
+print("last=%d" % made("last"), flush=True)
+"#;
+
+#[test]
+fn waiting_fifo_opens_at_the_process_limit_neither_stop_nor_end_the_guard() {
+    // Once the limit was reached, init could not start the thread for the next FIFO open:
+    // `std::thread::spawn` panicked, ending the guard's thread (every later creation waited
+    // forever) or, with panic=abort, init and the sandbox. Now that open fails (EAGAIN).
+    for caller in CALLERS {
+        let work = TempDir::new("fifo-flood");
+        let mut cmd = integration::command(
+            caller,
+            &work.path,
+            &[
+                "whole-process",
+                "--network",
+                "none",
+                "--pids",
+                "40",
+                "--",
+                "python3",
+                "-c",
+                FIFO_FLOOD,
+            ],
+        );
+        let _delegated = (caller == integration::Caller::Unprivileged && integration::is_root())
+            .then(|| {
+                let d = integration::cgroups::Delegated::new(&["pids"]);
+                d.start_in(&mut cmd);
+                d
+            });
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let text = stdout(&out);
+        assert!(
+            !integration::stderr(&out).contains("panicked"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(text.contains("after=0"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("last=0"), "{caller:?}: {}", explain(&out));
+        assert!(work.join("after").is_dir() && work.join("last").is_dir());
+    }
+}

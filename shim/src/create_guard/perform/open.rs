@@ -197,13 +197,18 @@ impl Handler {
     ) -> Result<Answer, Errno> {
         let id = self.current.get();
         let listener = self.listener.try_clone().map_err(|_| Errno::EMFILE)?;
-        std::thread::spawn(move || {
-            // SAFETY: a NUL-terminated path (the /proc link of `obj`, kept open until here).
-            let outcome = owned(unsafe { libc::open(path.as_ptr(), flags) })
-                .map(|fd| Answer::Fd(fd, cloexec));
-            drop(obj);
-            let _ = answer(listener.as_raw_fd(), id, outcome);
-        });
+        // No thread (the sandbox's process limit reached, say by FIFO opens that all wait):
+        // this open fails, as a fork would. `std::thread::spawn` would panic, ending the guard
+        // (every creation inside would wait forever) or, built with panic=abort, init.
+        std::thread::Builder::new()
+            .spawn(move || {
+                // SAFETY: a NUL-terminated path (the /proc link of `obj`, kept open until here).
+                let outcome = owned(unsafe { libc::open(path.as_ptr(), flags) })
+                    .map(|fd| Answer::Fd(fd, cloexec));
+                drop(obj);
+                let _ = answer(listener.as_raw_fd(), id, outcome);
+            })
+            .map_err(|_| Errno::EAGAIN)?;
         Ok(Answer::Deferred)
     }
 }
