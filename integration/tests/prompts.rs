@@ -246,6 +246,66 @@ fn allow_always_writes_the_wildcard_and_holds_for_this_sandbox_and_the_next() {
 }
 
 #[test]
+fn allow_always_for_a_site_at_a_shared_hosting_service_names_that_site_only() {
+    // `*.github.io` for one site would allow every GitHub Pages site, an attacker's included,
+    // in every later sandbox: the site's own name is written.
+    let server = HostServer::start();
+    let site = "my-docs.github.io";
+    for caller in CALLERS {
+        let work = TempDir::new("prompt-hosted");
+        let config = TempDir::new("prompt-hosted-cfg");
+        let script = format!(
+            "curl -s -o /dev/null -w '%{{http_code}}\\n' --max-time 60 http://{site}:{}/hosted",
+            server.port
+        );
+        let resolve = format!("{site}:127.0.0.1");
+        let sb = Running::start_env(
+            caller,
+            &work.path,
+            "hosted",
+            &[
+                "--prompts",
+                "--resolve",
+                &resolve,
+                "--events",
+                "events.jsonl",
+            ],
+            &script,
+            &[("XDG_CONFIG_HOME", Some(&config.path))],
+        );
+        let a = answer(caller, &work, "hosted", "allow-always");
+        assert!(a.status.success(), "{caller:?}: {}", explain(&a));
+        let out = sb.finish(Duration::from_secs(60));
+        assert!(has_200(&out), "{caller:?}: {}", explain(&out));
+        assert!(server.saw("/hosted"));
+        let offered = prompts_opened(&work);
+        let does = offered[0]["offers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["answer"] == "allow-always")
+            .unwrap_or_else(|| panic!("{:?}", offered))["does"]
+            .to_string();
+        assert!(
+            does.contains(&format!("add `{site}`")) && !does.contains("*.github.io"),
+            "{caller:?}: {does}"
+        );
+        let file = config.join("sandbox-launch/settings.json");
+        let written: Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(
+            written["sandbox"]["network"]["allowedDomains"],
+            serde_json::json!([site]),
+            "{caller:?}"
+        );
+    }
+}
+
+fn has_200(out: &std::process::Output) -> bool {
+    stdout(out).lines().any(|l| l == "200")
+}
+
+#[test]
 fn concurrent_requests_for_one_host_make_one_prompt() {
     let server = HostServer::start();
     for caller in CALLERS {

@@ -135,9 +135,52 @@ const SHARED_SECOND_LEVEL: &[&str] = &[
     "plc", "sch",
 ];
 
+/// Domains under which hosting and storage services hand out names to anyone
+/// (`<name>.github.io`, `<bucket>.s3.amazonaws.com`; from the Public Suffix List's private
+/// section): each name at or below them is another customer's, so a wildcard there — asked
+/// for one site or bucket — would allow every other one, an attacker's included, in every
+/// later sandbox. Names below them stay exact.
+const SHARED_HOSTING: &[&str] = &[
+    "amazonaws.com",
+    "appspot.com",
+    "azureedge.net",
+    "azurewebsites.net",
+    "blogspot.com",
+    "cloudapp.net",
+    "cloudflare-ipfs.com",
+    "cloudfront.net",
+    "cloudfunctions.net",
+    "deno.dev",
+    "firebaseapp.com",
+    "fly.dev",
+    "github.io",
+    "gitlab.io",
+    "glitch.me",
+    "googleapis.com",
+    "herokuapp.com",
+    "netlify.app",
+    "ngrok-free.app",
+    "ngrok.app",
+    "ngrok.io",
+    "onrender.com",
+    "pages.dev",
+    "r2.dev",
+    "readthedocs.io",
+    "repl.co",
+    "replit.dev",
+    "run.app",
+    "supabase.co",
+    "surge.sh",
+    "trycloudflare.com",
+    "vercel.app",
+    "web.app",
+    "windows.net",
+    "workers.dev",
+];
+
 /// The rule *allow always* writes for `host`: `registry.npmjs.org` -> `*.npmjs.org`; names of
-/// one or two labels, addresses, and names whose rest is a shared registry suffix (`a.co.uk`)
-/// stay as they are.
+/// one or two labels, addresses, names whose rest is a shared registry suffix (`a.co.uk`) and
+/// names at a shared hosting service (`me.github.io`) stay as they are.
 pub fn always_rule(host: &Host) -> String {
     let Host::Name(name) = host else {
         return host.to_string();
@@ -148,7 +191,11 @@ pub fn always_rule(host: &Host) -> String {
     }
     let rest = &labels[1..];
     let shared = rest.len() == 2 && rest[1].len() == 2 && SHARED_SECOND_LEVEL.contains(&rest[0]);
-    if shared {
+    let suffix = rest.join(".");
+    let hosted = SHARED_HOSTING
+        .iter()
+        .any(|s| suffix == *s || suffix.ends_with(&format!(".{s}")));
+    if shared || hosted {
         name.clone()
     } else {
         format!("*.{}", rest.join("."))
@@ -187,6 +234,15 @@ mod tests {
         assert_eq!(rule("localhost"), "localhost");
         assert_eq!(rule("shop.co.uk"), "shop.co.uk");
         assert_eq!(rule("www.shop.co.uk"), "*.shop.co.uk");
+        // Shared hosting: one customer's name, never every customer's.
+        assert_eq!(rule("me.github.io"), "me.github.io");
+        assert_eq!(rule("bucket.s3.amazonaws.com"), "bucket.s3.amazonaws.com");
+        assert_eq!(
+            rule("bucket.s3.eu-west-1.amazonaws.com"),
+            "bucket.s3.eu-west-1.amazonaws.com"
+        );
+        assert_eq!(rule("app.herokuapp.com"), "app.herokuapp.com");
+        assert_eq!(rule("x.notgithub.io"), "*.notgithub.io");
         assert_eq!(rule("10.0.0.1"), "10.0.0.1");
     }
 
