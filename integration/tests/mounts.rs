@@ -351,6 +351,18 @@ fn mounts_that_cannot_be_placed_safely_are_refused_naming_the_flag_and_the_fix()
             ],
             "would hide",
         ),
+        (
+            vec![
+                "--bind".into(),
+                format!(
+                    "{s}:{}",
+                    integration::runtime_dir(caller)
+                        .join("sandbox-launch")
+                        .display()
+                ),
+            ],
+            "control",
+        ),
     ];
     for (opts, says) in cases {
         let out = run(caller, &work.path, &opts, "echo STARTED");
