@@ -1,9 +1,14 @@
 /* Syscall cost microbenchmark, run inside each sandbox by scripts/bench.sh.
- * Usage: sysloop getppid|openclose|forkexec|create|openwrite N  -> nanoseconds per operation.
+ * Usage: sysloop getppid|openclose|forkexec|create|openwrite|connect N  -> nanoseconds per operation.
  * `create` makes and removes a file in /dev/shm (a tmpfs in every sandbox measured);
- * `openwrite` opens an existing file there for writing and closes it. */
+ * `openwrite` opens an existing file there for writing and closes it;
+ * `connect` opens a TCP connection to a listener of its own on 127.0.0.1:47999 (socket,
+ * connect, accept, close both; the client resets, so no TIME_WAIT piles up). */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +25,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s getppid|openclose|forkexec|create|openwrite N\n", argv[0]);
+        fprintf(stderr, "usage: %s getppid|openclose|forkexec|create|openwrite|connect N\n", argv[0]);
         return 2;
     }
     long n = atol(argv[2]);
@@ -63,6 +68,24 @@ int main(int argc, char **argv) {
             close(fd);
         }
         unlink(path);
+    } else if (!strcmp(argv[1], "connect")) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(47999)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 64)) { perror("listen"); return 1; }
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        t0 = now();
+        for (long i = 0; i < n; i++) {
+            int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a)) { perror("connect"); return 1; }
+            int s = accept(l, 0, 0);
+            if (s < 0) { perror("accept"); return 1; }
+            setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(c);
+            close(s);
+        }
+        close(l);
     } else {
         fprintf(stderr, "unknown op %s\n", argv[1]);
         return 2;

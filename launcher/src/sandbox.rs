@@ -377,6 +377,7 @@ pub fn prepare(
     } else {
         Vec::new()
     };
+    let host_sockets = host_sockets(&layout.mounts, &policy);
     let spec = SandboxSpec {
         argv,
         env,
@@ -402,6 +403,7 @@ pub fn prepare(
         persist: layout.persist.clone(),
         probe_only: false,
         limits: limits::process_limits(&policy.runtime.limits)?,
+        host_sockets: Some(host_sockets),
     };
     let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
         StepError::new(
@@ -542,6 +544,29 @@ pub fn host_context(cwd: PathBuf) -> HostContext {
         home: std::env::var_os("HOME").map(PathBuf::from),
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
         path_var: std::env::var("PATH").ok(),
+    }
+}
+
+/// What a connect may reach besides the sockets the program binds: the handed-in sockets
+/// (resolved as the layout bound them) and the sandbox's own filesystems.
+fn host_sockets(plan: &shim::spec::MountPlan, policy: &Policy) -> shim::spec::HostSockets {
+    let mut own: Vec<PathBuf> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            shim::spec::MountOp::Tmpfs { target, .. } => Some(target.clone()),
+            _ => None,
+        })
+        .collect();
+    own.push("/dev/shm".into());
+    shim::spec::HostSockets {
+        handed_in: policy
+            .filesystem
+            .unix_sockets
+            .iter()
+            .filter_map(|s| std::fs::canonicalize(&s.value).ok())
+            .collect(),
+        own_filesystems: own,
     }
 }
 

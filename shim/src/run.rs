@@ -76,7 +76,10 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         Step::Mounts,
         "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
     )?;
-    let guarded = !spec.persist.is_empty();
+    if let Some(s) = &spec.host_sockets {
+        create_guard::host_sockets::init(s).at(Step::Mounts)?;
+    }
+    let guarded = !spec.persist.is_empty() || spec.host_sockets.is_some();
     identity::drop_privileges(core_hard_limit(&spec), guarded)?;
     let landlock = landlock::restrict(&landlock_spec, &mut warnings)?;
 

@@ -36,6 +36,19 @@ pub struct SandboxSpec {
     /// Resource limits of the program and the OOM killer's view of the sandbox.
     #[serde(default)]
     pub limits: ProcessLimits,
+    /// The pathname unix sockets a program may connect to besides those it binds itself (see
+    /// `create_guard::host_sockets`). `None`: connects are not guarded.
+    #[serde(default)]
+    pub host_sockets: Option<HostSockets>,
+}
+
+/// Paths as seen inside.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct HostSockets {
+    /// Handed in with `--allow-unix-socket`.
+    pub handed_in: Vec<PathBuf>,
+    /// The sandbox's own filesystems (its tmpfs mounts): a socket there was made inside.
+    pub own_filesystems: Vec<PathBuf>,
 }
 
 /// What the shim sets for the sandbox's processes (the cgroup limits are the supervisor's).

@@ -7,8 +7,12 @@
 //! `umask` is seen too (and let through), so init knows each process's mask. `openat2` answers
 //! ENOSYS (its flags live in memory, out of the filter's reach); callers fall back to `openat`.
 //!
-//! Adding a syscall (connect, sendto for issue 13) is one more entry in [`ALWAYS`] and one more
-//! decoder in `decode`.
+//! `connect` goes to init too (which socket it reaches: `host_sockets`), and unix datagram
+//! sockets cannot be made (`socket`/`socketpair` of AF_UNIX with SOCK_DGRAM, or SOCK_RAW, which
+//! the kernel makes a datagram socket): they are the only kind a `sendto`/`sendmsg` can address,
+//! so no send can reach a host socket.
+//!
+//! Adding a syscall is one more entry in [`ALWAYS`] and one more decoder in `decode`.
 
 /// Syscalls that always go to init (x86-64 numbers; other ABIs are killed by the main policy's
 /// guard).
@@ -28,6 +32,7 @@ const ALWAYS: &[libc::c_long] = &[
     libc::SYS_renameat2,
     libc::SYS_truncate,
     libc::SYS_bind,
+    libc::SYS_connect,
     // Not a creation: seen (and let through) so init knows each process's umask without
     // reading /proc/PID/status on every creation.
     libc::SYS_umask,
@@ -64,6 +69,9 @@ enum Label {
     Enosys,
     Open,
     Openat,
+    /// socket/socketpair: refused for unix datagram sockets.
+    Socket,
+    Pass,
     /// The end of a prefix: what follows it.
     End,
 }
@@ -129,6 +137,8 @@ pub fn filter() -> Vec<libc::sock_filter> {
         Jump(JEQ, libc::SYS_open as u32, L(Label::Open), Next),
         Jump(JEQ, libc::SYS_openat as u32, L(Label::Openat), Next),
         Jump(JEQ, libc::SYS_openat2 as u32, L(Label::Enosys), Next),
+        Jump(JEQ, libc::SYS_socket as u32, L(Label::Socket), Next),
+        Jump(JEQ, libc::SYS_socketpair as u32, L(Label::Socket), Next),
         Here(Label::Allow),
         Ret(libc::SECCOMP_RET_ALLOW),
         Here(Label::Open),
@@ -138,6 +148,17 @@ pub fn filter() -> Vec<libc::sock_filter> {
         Here(Label::Openat),
         Load(arg_low(2)),
         Jump(JSET, OPEN_FLAGS_SEEN, L(Label::Notify), Next),
+        Ret(libc::SECCOMP_RET_ALLOW),
+        Here(Label::Socket),
+        Load(arg_low(0)),
+        Jump(JEQ, libc::AF_UNIX as u32, Next, L(Label::Pass)),
+        // The type's low four bits are 2 (SOCK_DGRAM) or 3 (SOCK_RAW): bit 1 set, bits 2-3
+        // clear (the high bits are SOCK_NONBLOCK and SOCK_CLOEXEC).
+        Load(arg_low(1)),
+        Jump(JSET, 0x2, Next, L(Label::Pass)),
+        Jump(JSET, 0xc, L(Label::Pass), Next),
+        Ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        Here(Label::Pass),
         Ret(libc::SECCOMP_RET_ALLOW),
         Here(Label::Notify),
         Ret(libc::SECCOMP_RET_USER_NOTIF),
@@ -268,7 +289,7 @@ mod tests {
             libc::SYS_read,
             libc::SYS_write,
             libc::SYS_unlink,
-            libc::SYS_connect,
+            libc::SYS_sendto,
         ] {
             assert_eq!(eval(&p, nr, X86, [0; 6]), libc::SECCOMP_RET_ALLOW);
         }
@@ -281,6 +302,36 @@ mod tests {
             eval(&p, libc::SYS_openat2, X86, [0; 6]),
             libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
         );
+    }
+
+    #[test]
+    fn connects_go_to_init_and_unix_datagram_sockets_are_refused() {
+        let p = filter();
+        assert_eq!(
+            eval(&p, libc::SYS_connect, X86, [0; 6]),
+            libc::SECCOMP_RET_USER_NOTIF
+        );
+        let unix = libc::AF_UNIX as u64;
+        let flags = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
+        let refused = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+            for ty in [libc::SOCK_DGRAM, libc::SOCK_RAW] {
+                let ty = ty as u64 | flags;
+                assert_eq!(eval(&p, nr, X86, [unix, ty, 0, 0, 0, 0]), refused);
+            }
+            for ty in [libc::SOCK_STREAM, libc::SOCK_SEQPACKET] {
+                let ty = ty as u64 | flags;
+                assert_eq!(
+                    eval(&p, nr, X86, [unix, ty, 0, 0, 0, 0]),
+                    libc::SECCOMP_RET_ALLOW
+                );
+            }
+            let inet = libc::AF_INET as u64;
+            assert_eq!(
+                eval(&p, nr, X86, [inet, libc::SOCK_DGRAM as u64, 0, 0, 0, 0]),
+                libc::SECCOMP_RET_ALLOW
+            );
+        }
     }
 
     #[test]

@@ -28,6 +28,7 @@
 mod answer;
 mod decode;
 mod filter;
+pub mod host_sockets;
 mod listener;
 pub mod nested;
 mod perform;

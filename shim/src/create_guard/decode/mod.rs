@@ -60,13 +60,17 @@ pub(super) enum Request {
         /// The socket address, as the target passed it (at most `sockaddr_storage`).
         addr: Vec<u8>,
     },
+    Connect {
+        fd: i32,
+        addr: Vec<u8>,
+    },
 }
 
 /// Decode notification `n`, reading its arguments from `mem`.
 pub(super) fn decode(n: &libc::seccomp_notif, mem: &Memory) -> Result<Request, Errno> {
     let nr = n.data.nr as libc::c_long;
     match nr {
-        libc::SYS_bind => socket::decode(nr, &n.data.args, mem),
+        libc::SYS_bind | libc::SYS_connect => socket::decode(nr, &n.data.args, mem),
         _ => paths::decode(nr, &n.data.args, mem),
     }
 }

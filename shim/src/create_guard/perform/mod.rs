@@ -1,7 +1,8 @@
 //! The operations init performs for the target, on the places and objects `resolve` found:
 //! `open` (opening, creating and truncating files), `entries` (mkdir, mknod, symlink, link,
-//! rename), `socket` (bind).
+//! rename), `socket` (bind), `connect`.
 
+mod connect;
 mod entries;
 mod gitconfig;
 mod open;
@@ -129,6 +130,7 @@ impl Handler {
                 flags,
             } => self.rename(who, (olddirfd, &old), (newdirfd, &new), flags),
             Request::Bind { fd, addr } => self.bind(who, fd, &addr),
+            Request::Connect { fd, addr } => self.connect(who, fd, &addr),
         }
     }
 }

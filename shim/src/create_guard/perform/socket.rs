@@ -20,6 +20,8 @@ impl Handler {
     pub(super) fn bind(&self, who: Asker<'_>, fd: i32, addr: &[u8]) -> Result<Answer, Errno> {
         let sock = who.fd(fd)?;
         let domain = socket_domain(&sock)?;
+        // Where a pathname socket goes: noted as the sandbox's own once bound (`host_sockets`).
+        let mut placed = None;
         if domain == libc::AF_UNIX {
             if let Some(path) = pathname(addr) {
                 let path = std::ffi::CString::new(path).map_err(|_| Errno::EINVAL)?;
@@ -31,6 +33,7 @@ impl Handler {
                     },
                     &place.via,
                 )?;
+                placed = Some(place);
                 // The kernel resolves the address again, in init: from the same root, and for a
                 // relative one from the target's working directory (the guard's thread has a
                 // working directory of its own). Nothing can have been created or renamed in
@@ -60,12 +63,15 @@ impl Handler {
         if r < 0 {
             Err(errno)
         } else {
+            if let Some(p) = &placed {
+                super::super::host_sockets::bound(&p.dir, &p.name);
+            }
             Ok(Answer::Value(0))
         }
     }
 }
 
-fn socket_domain(sock: &OwnedFd) -> Result<i32, Errno> {
+pub(super) fn socket_domain(sock: &OwnedFd) -> Result<i32, Errno> {
     let mut domain: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: a valid descriptor and an int-sized buffer with its length.
@@ -86,7 +92,7 @@ fn socket_domain(sock: &OwnedFd) -> Result<i32, Errno> {
 
 /// The path of a pathname unix socket address; `None` for an abstract one (a leading NUL) or
 /// an unnamed one (no path: autobind).
-fn pathname(addr: &[u8]) -> Option<&[u8]> {
+pub(super) fn pathname(addr: &[u8]) -> Option<&[u8]> {
     let path = addr.get(SUN_PATH..)?;
     if path.first().is_none_or(|&b| b == 0) {
         return None;
