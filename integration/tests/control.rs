@@ -214,10 +214,11 @@ except OSError as e:
 for name in ("outside.sock", "probe.sock"):
     attempt(os.path.join(d, name), name)
 # Every unix socket the namespace lists whose name could be the control plane's (others, of
-# whatever else runs on the host, are left alone).
+# whatever else runs on the host, are left alone: the daemons other tests start in
+# /var/cache/sandbox-launch-tests count who connects).
 for line in open("/proc/net/unix").read().splitlines()[1:]:
     parts = line.split()
-    if len(parts) >= 8 and "sandbox-launch" in parts[7]:
+    if len(parts) >= 8 and "sandbox-launch" in parts[7] and "sandbox-launch-tests" not in parts[7]:
         p = parts[7]
         attempt("\0" + p[1:] if p.startswith("@") else p, p)
 for fd in os.listdir("/proc/self/fd"):

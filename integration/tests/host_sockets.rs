@@ -1,7 +1,7 @@
 //! Host sockets: a pathname unix socket of the host is out of reach from inside unless handed
 //! in, wherever it lies (a readable tree, the working directory); a socket the program makes
-//! itself works; no datagram unix socket can be made (the only kind a send can address);
-//! TCP connects still work. Judged on the host: the host's listener never accepted.
+//! itself works; datagram sockets work inside and no send reaches a host socket; TCP connects
+//! still work. Judged on the host: the host's listener never accepted.
 
 use std::io::Write;
 use std::os::unix::net::UnixListener;
@@ -156,61 +156,149 @@ PY
     }
 }
 
+/// A host daemon's datagram socket at `path`: it collects what it receives.
+struct HostLog {
+    path: PathBuf,
+    got: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl HostLog {
+    fn start(path: PathBuf) -> HostLog {
+        let _ = std::fs::remove_file(&path);
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = got.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while let Ok(n) = sock.recv(&mut buf) {
+                keep.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        });
+        HostLog { path, got }
+    }
+
+    fn got(&self) -> Vec<String> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+impl Drop for HostLog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 #[test]
-fn no_unix_datagram_socket_can_be_made_and_streams_cannot_send_to_an_address() {
+fn datagram_sockets_work_inside_and_no_send_reaches_a_host_socket_not_handed_in() {
     for caller in CALLERS {
         let work = TempDir::new("dgram");
         let home_like = readable_dir("dgram-ro");
-        let target = home_like.join("log.sock");
+        let host = HostLog::start(home_like.join("log.sock"));
+        let handed = HostLog::start(home_like.join("handed.sock"));
+        std::os::unix::fs::symlink(&host.path, work.join("link.sock")).unwrap();
         let out = sh(
             caller,
             &work.path,
-            &["--network", "none"],
+            &[
+                "--network",
+                "none",
+                "--allow-unix-socket",
+                handed.path.to_str().unwrap(),
+            ],
             &format!(
                 r#"python3 - <<'PY'
-import socket
-for kind, name in [(socket.SOCK_DGRAM, "dgram"), (3, "raw")]:
+import ctypes, os, socket
+host, handed = {host:?}, {handed:?}
+def attempt(name, f):
     try:
-        socket.socket(socket.AF_UNIX, kind); print(name, "made")
+        f(); print(name, "sent")
     except OSError as e:
         print(name, e.strerror)
-    try:
-        socket.socketpair(socket.AF_UNIX, kind); print(name, "pair made")
-    except OSError as e:
-        print(name, "pair", e.strerror)
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    s.sendto(b"x", "{}"); print("stream sendto sent")
-except OSError as e:
-    print("stream sendto", e.strerror)
-a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-a.sendto(b"to-peer", "{}"); print("seqpacket", b.recv(10).decode())
+# Inside the sandbox, datagram sockets are as usual: a pair, one's own names, passed descriptors.
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+a.send(b"pair"); print("socketpair", b.recv(10).decode())
+r, w = os.pipe()
+socket.send_fds(a, [b"fd"], [w]); msg, fds, _, _ = socket.recv_fds(b, 10, 1)
+os.write(fds[0], b"through-passed-fd"); print("scm_rights", os.read(r, 40).decode())
+for path in ["own.dgram", "/tmp/own.dgram"]:
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); srv.bind(path)
+    cl = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    cl.sendto(b"sendto", path); cl.sendmsg([b"send", b"msg"], [], 0, os.path.abspath(path))
+    print(path, srv.recv(10).decode(), srv.recv(10).decode())
+# sendmmsg (what glibc's resolver uses): two messages, each length written back.
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_char_p), ("len", ctypes.c_size_t)]
+class msghdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(iovec)),
+                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+class mmsghdr(ctypes.Structure):
+    _fields_ = [("hdr", msghdr), ("len", ctypes.c_uint)]
+libc = ctypes.CDLL(None, use_errno=True)
+def sendmmsg(sock, path, payloads):
+    addr = ctypes.create_string_buffer(b"\x01\x00" + path.encode() + b"\x00")
+    vec = (mmsghdr * len(payloads))()
+    iovs = [iovec(p, len(p)) for p in payloads]
+    for i, io in enumerate(iovs):
+        vec[i].hdr.name = ctypes.cast(addr, ctypes.c_void_p); vec[i].hdr.namelen = len(addr.raw)
+        vec[i].hdr.iov = ctypes.pointer(io); vec[i].hdr.iovlen = 1
+    n = libc.sendmmsg(sock.fileno(), vec, len(payloads), 0)
+    return n, ctypes.get_errno(), [m.len for m in vec]
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); srv.bind("mm.dgram")
+n, _, lens = sendmmsg(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), "mm.dgram", [b"one", b"three"])
+print("sendmmsg own", n, lens, srv.recv(10).decode(), srv.recv(10).decode())
+n, err, _ = sendmmsg(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), host, [b"leak-mmsg"])
+print("sendmmsg host", n, os.strerror(err))
+# A host socket that was not handed in: by sendto, sendmsg, from a socketpair, by a link, connect.
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+attempt("sendto host", lambda: s.sendto(b"leak-sendto", host))
+attempt("sendmsg host", lambda: s.sendmsg([b"leak-sendmsg"], [], 0, host))
+attempt("pair sendto host", lambda: a.sendto(b"leak-pair", host))
+attempt("link sendto host", lambda: s.sendto(b"leak-link", "link.sock"))
+attempt("connect host", lambda: s.connect(host))
+attempt("sendto handed", lambda: s.sendto(b"handed", handed))
+# Streams take no address; a seqpacket socket ignores it.
+st = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+attempt("stream sendto host", lambda: st.sendto(b"leak-stream", host))
+p, q = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+p.sendto(b"to-peer", host); print("seqpacket", q.recv(10).decode())
 PY
 "#,
-                target.display(),
-                target.display()
+                host = host.path.to_str().unwrap(),
+                handed = handed.path.to_str().unwrap(),
             ),
         );
         let text = stdout(&out);
+        let ctx = || format!("{caller:?}: {}", explain(&out));
         for expected in [
-            "dgram Operation not permitted",
-            "dgram pair Operation not permitted",
-            "raw Operation not permitted",
-            "raw pair Operation not permitted",
-            "stream sendto",
+            "socketpair pair",
+            "scm_rights through-passed-fd",
+            "own.dgram sendto sendmsg",
+            "/tmp/own.dgram sendto sendmsg",
+            "sendmmsg own 2 [3, 5] one three",
+            "sendmmsg host -1 Permission denied",
+            "sendto host Permission denied",
+            "sendmsg host Permission denied",
+            "pair sendto host Permission denied",
+            "link sendto host Permission denied",
+            "connect host Permission denied",
+            "sendto handed sent",
             "seqpacket to-peer",
         ] {
-            assert!(
-                text.contains(expected),
-                "{caller:?} {expected}: {}",
-                explain(&out)
-            );
+            assert!(text.contains(expected), "{expected}: {}", ctx());
         }
-        assert!(
-            !text.contains("sent\n") && !text.contains(" made"),
-            "{}",
-            explain(&out)
-        );
+        assert!(!text.contains("stream sendto host sent"), "{}", ctx());
+        // Judged on the host: only the handed-in socket received anything.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while handed.got().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(host.got(), Vec::<String>::new(), "{}", ctx());
+        assert_eq!(handed.got(), vec!["handed".to_string()], "{}", ctx());
     }
 }
 
@@ -221,7 +309,14 @@ fn tcp_connects_still_work_through_the_guard() {
         let out = sh(
             caller,
             &work.path,
-            &["--network", "none", "--allow-loopback-port", "47321"],
+            &[
+                "--network",
+                "none",
+                "--allow-loopback-port",
+                "47321",
+                "--allow-loopback-port",
+                "47323",
+            ],
             r#"python3 - <<'PY'
 import socket, threading
 srv = socket.socket(); srv.bind(("127.0.0.1", 47321)); srv.listen(8)
@@ -241,11 +336,29 @@ try:
 except OSError as e:
     print("closed port", e.strerror)
 c = socket.create_connection(("127.0.0.1", 47321)); print("again", c.recv(10).decode())
+six = socket.socket(socket.AF_INET6); six.bind(("::1", 47321)); six.listen(1)
+c6 = socket.create_connection(("::1", 47321), timeout=5); s6, _ = six.accept(); s6.sendall(b"v6-ok")
+print("ipv6", c6.recv(10).decode())
+# A listener whose queue is full answers no SYN: a connect with a timeout times out, as outside.
+full = socket.socket(); full.bind(("127.0.0.1", 47323)); full.listen(0)
+held = []
+for _ in range(4):
+    h = socket.socket(); h.setblocking(False); h.connect_ex(("127.0.0.1", 47323)); held.append(h)
+try:
+    socket.create_connection(("127.0.0.1", 47323), timeout=1); print("full queue connected")
+except OSError as e:
+    print("full queue", type(e).__name__)
 PY
 "#,
         );
         let text = stdout(&out);
-        for expected in ["blocking tcp-ok", "nonblocking tcp-ok", "again tcp-ok"] {
+        for expected in [
+            "blocking tcp-ok",
+            "nonblocking tcp-ok",
+            "again tcp-ok",
+            "ipv6 v6-ok",
+            "full queue TimeoutError",
+        ] {
             assert!(
                 text.contains(expected),
                 "{caller:?} {expected}: {}",
@@ -259,4 +372,62 @@ PY
             explain(&out)
         );
     }
+}
+
+#[test]
+fn a_host_abstract_socket_is_out_of_reach_in_either_network_mode() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let name = format!("sl-host-abstract-{}", std::process::id());
+    let stream = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+    let dgram_name = format!("{name}-dgram");
+    let dgram =
+        UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(&dgram_name).unwrap()).unwrap();
+    dgram.set_nonblocking(true).unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for mut s in stream.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            let _ = s.write_all(b"host-abstract\n");
+        }
+    });
+    let script = format!(
+        r#"python3 - <<'PY'
+import socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect("\0{name}"); print("stream reached")
+except OSError as e:
+    print("stream", e.strerror)
+d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+try:
+    d.sendto(b"leak", "\0{dgram_name}"); print("dgram reached")
+except OSError as e:
+    print("dgram", e.strerror)
+PY
+"#
+    );
+    for caller in CALLERS {
+        let work = TempDir::new("abstract");
+        // Its own network namespace holds no host name; sharing the host's, Landlock's scope
+        // (ABI >= 6, as on this host) keeps it out.
+        for (mode, refusal) in [
+            ("none", "Connection refused"),
+            ("full", "Operation not permitted"),
+        ] {
+            let out = sh(caller, &work.path, &["--network", mode], &script);
+            let text = stdout(&out);
+            for kind in ["stream", "dgram"] {
+                assert!(
+                    text.contains(&format!("{kind} {refusal}")),
+                    "{caller:?} {mode} {kind}: {}",
+                    explain(&out)
+                );
+            }
+        }
+    }
+    // Judged on the host: no client, no datagram.
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+    assert!(dgram.recv(&mut [0u8; 16]).is_err());
 }

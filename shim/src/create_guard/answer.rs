@@ -127,6 +127,13 @@ pub(super) fn answer(
     }
 }
 
+/// Whether notification `id` still waits for its answer (its thread was not killed, so its tid
+/// is still that thread's).
+pub(super) fn pending(listener: RawFd, id: u64) -> bool {
+    // SAFETY: ioctl with a pointer to a u64.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &id) == 0 }
+}
+
 pub(super) enum Answer {
     Value(i64),
     /// Answered later, from another thread.

@@ -7,10 +7,10 @@
 //! `umask` is seen too (and let through), so init knows each process's mask. `openat2` answers
 //! ENOSYS (its flags live in memory, out of the filter's reach); callers fall back to `openat`.
 //!
-//! `connect` goes to init too (which socket it reaches: `host_sockets`), and unix datagram
-//! sockets cannot be made (`socket`/`socketpair` of AF_UNIX with SOCK_DGRAM, or SOCK_RAW, which
-//! the kernel makes a datagram socket): they are the only kind a `sendto`/`sendmsg` can address,
-//! so no send can reach a host socket.
+//! Every way to reach a socket by its address goes to init too (which socket it reaches:
+//! `host_sockets`): `connect`, `sendmsg` and `sendmmsg` (their address lies in memory, out of
+//! the filter's reach), and `sendto` when it names an address (a non-null `dest_addr`; a
+//! `send`, which is `sendto` without one, stays in the kernel).
 //!
 //! Adding a syscall is one more entry in [`ALWAYS`] and one more decoder in `decode`.
 
@@ -33,6 +33,8 @@ const ALWAYS: &[libc::c_long] = &[
     libc::SYS_truncate,
     libc::SYS_bind,
     libc::SYS_connect,
+    libc::SYS_sendmsg,
+    libc::SYS_sendmmsg,
     // Not a creation: seen (and let through) so init knows each process's umask without
     // reading /proc/PID/status on every creation.
     libc::SYS_umask,
@@ -47,6 +49,9 @@ const NR: u32 = 0;
 const ARCH: u32 = 4;
 const fn arg_low(i: u32) -> u32 {
     16 + 8 * i
+}
+const fn arg_high(i: u32) -> u32 {
+    arg_low(i) + 4
 }
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 
@@ -69,9 +74,8 @@ enum Label {
     Enosys,
     Open,
     Openat,
-    /// socket/socketpair: refused for unix datagram sockets.
-    Socket,
-    Pass,
+    /// sendto: to init when it names an address.
+    Sendto,
     /// The end of a prefix: what follows it.
     End,
 }
@@ -137,8 +141,7 @@ pub fn filter() -> Vec<libc::sock_filter> {
         Jump(JEQ, libc::SYS_open as u32, L(Label::Open), Next),
         Jump(JEQ, libc::SYS_openat as u32, L(Label::Openat), Next),
         Jump(JEQ, libc::SYS_openat2 as u32, L(Label::Enosys), Next),
-        Jump(JEQ, libc::SYS_socket as u32, L(Label::Socket), Next),
-        Jump(JEQ, libc::SYS_socketpair as u32, L(Label::Socket), Next),
+        Jump(JEQ, libc::SYS_sendto as u32, L(Label::Sendto), Next),
         Here(Label::Allow),
         Ret(libc::SECCOMP_RET_ALLOW),
         Here(Label::Open),
@@ -149,16 +152,12 @@ pub fn filter() -> Vec<libc::sock_filter> {
         Load(arg_low(2)),
         Jump(JSET, OPEN_FLAGS_SEEN, L(Label::Notify), Next),
         Ret(libc::SECCOMP_RET_ALLOW),
-        Here(Label::Socket),
-        Load(arg_low(0)),
-        Jump(JEQ, libc::AF_UNIX as u32, Next, L(Label::Pass)),
-        // The type's low four bits are 2 (SOCK_DGRAM) or 3 (SOCK_RAW): bit 1 set, bits 2-3
-        // clear (the high bits are SOCK_NONBLOCK and SOCK_CLOEXEC).
-        Load(arg_low(1)),
-        Jump(JSET, 0x2, Next, L(Label::Pass)),
-        Jump(JSET, 0xc, L(Label::Pass), Next),
-        Ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
-        Here(Label::Pass),
+        Here(Label::Sendto),
+        // dest_addr, a 64-bit pointer: either half non-zero names an address.
+        Load(arg_low(4)),
+        Jump(JEQ, 0, Next, L(Label::Notify)),
+        Load(arg_high(4)),
+        Jump(JEQ, 0, Next, L(Label::Notify)),
         Ret(libc::SECCOMP_RET_ALLOW),
         Here(Label::Notify),
         Ret(libc::SECCOMP_RET_USER_NOTIF),
@@ -168,10 +167,11 @@ pub fn filter() -> Vec<libc::sock_filter> {
     assemble(&p)
 }
 
-/// In front of the main policy's program, for init's guard thread only: `pidfd_getfd` and
-/// `process_vm_readv` allowed (the guard copies the asking thread's arguments out of its memory
-/// and takes a socket to bind from it; the policy denies both to every process of the sandbox,
-/// and still does: the target inherits init's main thread's filter, which has no such prefix).
+/// In front of the main policy's program, for init's guard thread only: `pidfd_getfd`,
+/// `process_vm_readv` and `process_vm_writev` allowed (the guard copies the asking thread's
+/// arguments out of its memory, takes a socket to bind from it, and writes back the lengths a
+/// sendmmsg it performed sent; the policy denies all three to every process of the sandbox, and
+/// still does: the target inherits init's main thread's filter, which has no such prefix).
 #[cfg(target_arch = "x86_64")]
 pub fn guard_thread_prefix() -> Vec<libc::sock_filter> {
     use Insn::*;
@@ -184,6 +184,12 @@ pub fn guard_thread_prefix() -> Vec<libc::sock_filter> {
         Jump(
             JEQ,
             libc::SYS_process_vm_readv as u32,
+            L(Label::Allow),
+            Next,
+        ),
+        Jump(
+            JEQ,
+            libc::SYS_process_vm_writev as u32,
             L(Label::Allow),
             L(Label::End),
         ),
@@ -305,32 +311,34 @@ mod tests {
     }
 
     #[test]
-    fn connects_go_to_init_and_unix_datagram_sockets_are_refused() {
+    fn connects_and_sends_naming_an_address_go_to_init_and_sockets_are_made_in_the_kernel() {
         let p = filter();
-        assert_eq!(
-            eval(&p, libc::SYS_connect, X86, [0; 6]),
-            libc::SECCOMP_RET_USER_NOTIF
-        );
-        let unix = libc::AF_UNIX as u64;
-        let flags = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
-        let refused = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-        for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-            for ty in [libc::SOCK_DGRAM, libc::SOCK_RAW] {
-                let ty = ty as u64 | flags;
-                assert_eq!(eval(&p, nr, X86, [unix, ty, 0, 0, 0, 0]), refused);
-            }
-            for ty in [libc::SOCK_STREAM, libc::SOCK_SEQPACKET] {
-                let ty = ty as u64 | flags;
-                assert_eq!(
-                    eval(&p, nr, X86, [unix, ty, 0, 0, 0, 0]),
-                    libc::SECCOMP_RET_ALLOW
-                );
-            }
-            let inet = libc::AF_INET as u64;
+        for nr in [libc::SYS_connect, libc::SYS_sendmsg, libc::SYS_sendmmsg] {
             assert_eq!(
-                eval(&p, nr, X86, [inet, libc::SOCK_DGRAM as u64, 0, 0, 0, 0]),
-                libc::SECCOMP_RET_ALLOW
+                eval(&p, nr, X86, [0; 6]),
+                libc::SECCOMP_RET_USER_NOTIF,
+                "{nr}"
             );
+        }
+        // sendto: with a dest_addr (either half of the pointer) to init; a plain send not.
+        for addr in [0x7fff_0000_1000u64, 0x1000, 0x7fff_0000_0000] {
+            assert_eq!(
+                eval(&p, libc::SYS_sendto, X86, [3, 0x1000, 1, 0, addr, 110]),
+                libc::SECCOMP_RET_USER_NOTIF,
+                "{addr:#x}"
+            );
+        }
+        assert_eq!(
+            eval(&p, libc::SYS_sendto, X86, [3, 0x1000, 1, 0, 0, 0]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        // Any socket, datagram unix ones included, is made by the kernel.
+        let flags = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
+        for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+            for ty in [libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_STREAM] {
+                let args = [libc::AF_UNIX as u64, ty as u64 | flags, 0, 0, 0, 0];
+                assert_eq!(eval(&p, nr, X86, args), libc::SECCOMP_RET_ALLOW);
+            }
         }
     }
 
@@ -345,16 +353,15 @@ mod tests {
             jf: 0,
             k: libc::SECCOMP_RET_ERRNO | 1,
         });
-        assert_eq!(end, 6);
-        for nr in [libc::SYS_pidfd_getfd, libc::SYS_process_vm_readv] {
+        assert_eq!(end, 7);
+        for nr in [
+            libc::SYS_pidfd_getfd,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
+        ] {
             assert_eq!(eval(&p, nr, X86, [0; 6]), libc::SECCOMP_RET_ALLOW);
         }
-        for nr in [
-            libc::SYS_ptrace,
-            libc::SYS_process_vm_writev,
-            libc::SYS_pidfd_open,
-            libc::SYS_read,
-        ] {
+        for nr in [libc::SYS_ptrace, libc::SYS_pidfd_open, libc::SYS_read] {
             assert_eq!(eval(&p, nr, X86, [0; 6]), libc::SECCOMP_RET_ERRNO | 1);
         }
         assert_eq!(

@@ -11,9 +11,10 @@
 //! The decision is on the socket's inode, found from the path init copied once and resolved as
 //! the target would; init then connects the target's socket to that very inode (through its
 //! `/proc/self/fd` link), so neither a rewritten address nor a renamed path can change what is
-//! reached. `sendto`/`sendmsg` cannot name a socket of another kind than a datagram one (stream
-//! sockets refuse an address, seqpacket ones ignore it), and the guard's filter refuses unix
-//! datagram sockets, so no send can reach a host socket either.
+//! reached. Sends that name an address (sendto with one, sendmsg, sendmmsg: the only way a
+//! datagram reaches a socket it is not connected to) are judged the same way and performed by
+//! init (`perform::send`). Abstract names are not files: the sandbox's own network namespace
+//! holds them (and Landlock scopes them to the sandbox where the kernel can, ABI >= 6).
 
 use std::collections::HashSet;
 use std::ffi::CStr;

@@ -1,5 +1,7 @@
 //! Handing the guard's notification descriptor from the target (which installs the filter
-//! before its exec) to init.
+//! before its exec) to init. sendmsg is one of the guard's own syscalls: the target's would wait
+//! for an answer from a listener nobody holds yet. So a helper forked just before the filter,
+//! sharing the target's descriptor table (and not the filter), sends it.
 
 use std::io::IoSliceMut;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -7,9 +9,9 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use nix::errno::Errno;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
-/// In the forked target, before exec: install the guard and send its listener to init over
-/// `sock`. Returns the errno on failure. Only syscalls (and nix's small cmsg buffer; the shim
-/// is single-threaded, so allocating after fork is safe).
+/// In the forked target, before exec: install the guard and have the helper send its listener
+/// to init over `sock`. Returns the errno on failure. Only syscalls (and nix's small cmsg
+/// buffer in the helper; the shim is single-threaded, so allocating after fork is safe).
 ///
 /// # Safety
 /// Call only in the child of a fork of a single-threaded process.
@@ -18,6 +20,7 @@ pub unsafe fn install_in_child(prog: &[libc::sock_filter], sock: RawFd) -> Resul
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
     };
+    let helper = Helper::start(sock)?;
     let install = |flags: libc::c_ulong| {
         libc::syscall(
             libc::SYS_seccomp,
@@ -39,15 +42,90 @@ pub unsafe fn install_in_child(prog: &[libc::sock_filter], sock: RawFd) -> Resul
         fd = install(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
     }
     if fd < 0 {
-        return Err(*libc::__errno_location());
+        let errno = *libc::__errno_location();
+        helper.wait();
+        return Err(errno);
     }
     let fd = fd as RawFd;
-    let fds = [fd];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [std::io::IoSlice::new(if killable { b"k" } else { b"g" })];
-    let r = sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None);
+    let mut msg = [if killable { b'k' } else { b'g' }, 0, 0, 0, 0];
+    msg[1..].copy_from_slice(&fd.to_ne_bytes());
+    let wrote = libc::write(helper.tell, msg.as_ptr().cast(), msg.len()) == msg.len() as isize;
+    let errno = *libc::__errno_location();
+    let sent = helper.wait();
+    if !wrote || !sent {
+        libc::close(fd);
+        return Err(if wrote { libc::EIO } else { errno });
+    }
     libc::close(fd);
-    r.map(|_| ()).map_err(|e| e as i32)
+    Ok(())
+}
+
+/// The helper: a fork of the target that shares its descriptor table (CLONE_FILES), waiting to
+/// be told which descriptor to send.
+struct Helper {
+    pid: libc::pid_t,
+    listen: RawFd,
+    tell: RawFd,
+}
+
+impl Helper {
+    /// # Safety
+    /// As [`install_in_child`]: in a single-threaded child, before the guard's filter.
+    unsafe fn start(sock: RawFd) -> Result<Helper, i32> {
+        let mut p = [0 as RawFd; 2];
+        if libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            return Err(*libc::__errno_location());
+        }
+        // Like fork (no new stack: the child runs on a copy of this one), with the descriptor
+        // table shared.
+        let pid = libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_FILES | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        );
+        if pid < 0 {
+            let errno = *libc::__errno_location();
+            libc::close(p[0]);
+            libc::close(p[1]);
+            return Err(errno);
+        }
+        if pid == 0 {
+            let mut msg = [0u8; 5];
+            // The table is shared: nothing is closed here; EOF comes when the target closes.
+            if libc::read(p[0], msg.as_mut_ptr().cast(), msg.len()) != msg.len() as isize {
+                libc::_exit(1);
+            }
+            let fds = [RawFd::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]])];
+            let cmsg = [ControlMessage::ScmRights(&fds)];
+            let iov = [std::io::IoSlice::new(&msg[..1])];
+            let ok = sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None).is_ok();
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+        // The table is shared: the read end stays open until the helper is done.
+        Ok(Helper {
+            pid: pid as libc::pid_t,
+            listen: p[0],
+            tell: p[1],
+        })
+    }
+
+    /// Whether the helper sent the listener (it is reaped either way).
+    unsafe fn wait(&self) -> bool {
+        libc::close(self.tell);
+        let mut status = 0;
+        let mut reaped = true;
+        while libc::waitpid(self.pid, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                reaped = false;
+                break;
+            }
+        }
+        libc::close(self.listen);
+        reaped && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
 }
 
 /// The guard's notification descriptor, as init receives it from the target.

@@ -163,8 +163,7 @@ impl Handler {
     }
 
     fn id_valid(&self, id: u64) -> bool {
-        // SAFETY: ioctl with a pointer to a u64.
-        unsafe { libc::ioctl(self.fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &id) == 0 }
+        answer::pending(self.fd(), id)
     }
 
     fn serve(&self, n: &libc::seccomp_notif) -> Result<Answer, Errno> {

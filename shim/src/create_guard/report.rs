@@ -24,7 +24,7 @@ pub(super) struct Attempt {
 }
 
 impl Attempt {
-    /// `None` for what has no path of its own to report (a socket's bind, a connect).
+    /// `None` for what has no path of its own to report (a socket's bind, a connect, a send).
     pub(super) fn of(r: &Request) -> Option<Attempt> {
         let (dirfd, path, op): (i32, &CStr, &'static str) = match r {
             Request::Open {
@@ -43,7 +43,7 @@ impl Attempt {
             Request::Symlink { dirfd, path, .. } => (*dirfd, path, "create a symlink"),
             Request::Link { newdirfd, new, .. } => (*newdirfd, new, "link"),
             Request::Rename { newdirfd, new, .. } => (*newdirfd, new, "rename onto"),
-            Request::Bind { .. } | Request::Connect { .. } => return None,
+            Request::Bind { .. } | Request::Connect { .. } | Request::Send { .. } => return None,
         };
         Some(Attempt {
             dirfd,

@@ -34,6 +34,7 @@ struct Thread {
 }
 
 /// The memory of one thread of the target.
+#[derive(Clone, Copy)]
 pub(super) struct Memory {
     tid: libc::pid_t,
 }
@@ -57,6 +58,30 @@ impl Memory {
                 Err(std::io::Error::last_os_error())
             } else {
                 Ok(n as usize)
+            }
+        })
+        .map_err(|_| Errno::EFAULT)
+    }
+
+    /// Write `value` at `addr` (what a syscall gives back in memory: sendmmsg's lengths).
+    pub(super) fn write_u32(&self, addr: u64, value: u32) -> Result<(), Errno> {
+        let bytes = value.to_ne_bytes();
+        let local = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        with_ptrace(|| {
+            // SAFETY: one local iovec over `bytes` (read only by the kernel) and one remote
+            // iovec, which the kernel checks against the target's mappings.
+            let n = unsafe { libc::process_vm_writev(self.tid, &local, 1, &remote, 1, 0) };
+            if n == bytes.len() as isize {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
             }
         })
         .map_err(|_| Errno::EFAULT)
@@ -215,6 +240,11 @@ impl Asker<'_> {
     /// Its descriptor `fd`.
     pub(super) fn fd(&self, fd: i32) -> Result<OwnedFd, Errno> {
         self.targets.take_fd(self.tid, fd)
+    }
+
+    /// Its memory (known since its arguments were copied from it).
+    pub(super) fn memory(&self) -> Memory {
+        Memory { tid: self.tid }
     }
 }
 

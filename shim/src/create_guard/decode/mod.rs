@@ -1,9 +1,10 @@
 //! Decoding a notification: which syscall, and its arguments copied out of the target's
 //! memory once (a second thread of the target could rewrite them after the copy). One module
-//! per family: `paths` (the syscalls that name a file), `socket` (bind; connect and sendto of
-//! issue 13 go there too).
+//! per family: `paths` (the syscalls that name a file), `socket` (bind, connect), `send`
+//! (sendto naming an address, sendmsg, sendmmsg).
 
 mod paths;
+pub(super) mod send;
 mod socket;
 
 use std::ffi::CString;
@@ -64,6 +65,23 @@ pub(super) enum Request {
         fd: i32,
         addr: Vec<u8>,
     },
+    /// sendto, sendmsg (one message) or sendmmsg (`many`: where its vector lies, for the
+    /// lengths sent).
+    Send {
+        fd: i32,
+        flags: i32,
+        many: Option<u64>,
+        msgs: Vec<Message>,
+    },
+}
+
+/// One message to send, copied: its address (empty: none), its data (the iovecs gathered) and
+/// its control messages.
+#[derive(Debug)]
+pub(super) struct Message {
+    pub(super) name: Vec<u8>,
+    pub(super) data: Vec<u8>,
+    pub(super) control: Vec<u8>,
 }
 
 /// Decode notification `n`, reading its arguments from `mem`.
@@ -71,6 +89,9 @@ pub(super) fn decode(n: &libc::seccomp_notif, mem: &Memory) -> Result<Request, E
     let nr = n.data.nr as libc::c_long;
     match nr {
         libc::SYS_bind | libc::SYS_connect => socket::decode(nr, &n.data.args, mem),
+        libc::SYS_sendto | libc::SYS_sendmsg | libc::SYS_sendmmsg => {
+            send::decode(nr, &n.data.args, mem)
+        }
         _ => paths::decode(nr, &n.data.args, mem),
     }
 }

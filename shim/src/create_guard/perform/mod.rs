@@ -1,11 +1,12 @@
 //! The operations init performs for the target, on the places and objects `resolve` found:
 //! `open` (opening, creating and truncating files), `entries` (mkdir, mknod, symlink, link,
-//! rename), `socket` (bind), `connect`.
+//! rename), `socket` (bind), `connect`, `send` (sendto naming an address, sendmsg, sendmmsg).
 
 mod connect;
 mod entries;
 mod gitconfig;
 mod open;
+mod send;
 mod socket;
 
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -131,6 +132,12 @@ impl Handler {
             } => self.rename(who, (olddirfd, &old), (newdirfd, &new), flags),
             Request::Bind { fd, addr } => self.bind(who, fd, &addr),
             Request::Connect { fd, addr } => self.connect(who, fd, &addr),
+            Request::Send {
+                fd,
+                flags,
+                many,
+                msgs,
+            } => self.send_message(who, fd, flags, many, msgs),
         }
     }
 }

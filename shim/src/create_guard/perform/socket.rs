@@ -72,22 +72,31 @@ impl Handler {
 }
 
 pub(super) fn socket_domain(sock: &OwnedFd) -> Result<i32, Errno> {
-    let mut domain: libc::c_int = 0;
+    socket_option(sock, libc::SO_DOMAIN)
+}
+
+/// SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET...
+pub(super) fn socket_type(sock: &OwnedFd) -> Result<i32, Errno> {
+    socket_option(sock, libc::SO_TYPE)
+}
+
+fn socket_option(sock: &OwnedFd, name: i32) -> Result<i32, Errno> {
+    let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: a valid descriptor and an int-sized buffer with its length.
     let r = unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut domain as *mut libc::c_int).cast(),
+            name,
+            (&mut value as *mut libc::c_int).cast(),
             &mut len,
         )
     };
     if r < 0 {
         return Err(Errno::last());
     }
-    Ok(domain)
+    Ok(value)
 }
 
 /// The path of a pathname unix socket address; `None` for an abstract one (a leading NUL) or
