@@ -1,9 +1,11 @@
 /* Syscall cost microbenchmark, run inside each sandbox by scripts/bench.sh.
- * Usage: sysloop getppid|openclose|forkexec|create|openwrite|connect N  -> nanoseconds per operation.
+ * Usage: sysloop getppid|openclose|forkexec|create|openwrite|connect|sendto N  -> nanoseconds per operation.
  * `create` makes and removes a file in /dev/shm (a tmpfs in every sandbox measured);
  * `openwrite` opens an existing file there for writing and closes it;
  * `connect` opens a TCP connection to a listener of its own on 127.0.0.1:47999 (socket,
- * connect, accept, close both; the client resets, so no TIME_WAIT piles up). */
+ * connect, accept, close both; the client resets, so no TIME_WAIT piles up);
+ * `sendto` sends a UDP datagram to its own socket on 127.0.0.1 (a send naming an address) and
+ * receives it. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,7 +27,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s getppid|openclose|forkexec|create|openwrite|connect N\n", argv[0]);
+        fprintf(stderr, "usage: %s getppid|openclose|forkexec|create|openwrite|connect|sendto N\n", argv[0]);
         return 2;
     }
     long n = atol(argv[2]);
@@ -86,6 +88,19 @@ int main(int argc, char **argv) {
             close(s);
         }
         close(l);
+    } else if (!strcmp(argv[1], "sendto")) {
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (u < 0 || bind(u, (struct sockaddr *)&a, sizeof a) || getsockname(u, (struct sockaddr *)&a, &len)) { perror("udp"); return 1; }
+        char b[64] = "x";
+        t0 = now();
+        for (long i = 0; i < n; i++) {
+            if (sendto(u, b, 1, 0, (struct sockaddr *)&a, sizeof a) != 1) { perror("sendto"); return 1; }
+            if (recv(u, b, sizeof b, 0) != 1) { perror("recv"); return 1; }
+        }
+        close(u);
     } else {
         fprintf(stderr, "unknown op %s\n", argv[1]);
         return 2;

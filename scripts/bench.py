@@ -167,7 +167,8 @@ def launch_rows():
 def syscall_rows():
     ops = [("getppid", 2_000_000 if not QUICK else 500_000), ("openclose", 200_000 if not QUICK else 50_000),
            ("forkexec", 300 if not QUICK else 100), ("create", 20_000 if not QUICK else 5_000),
-           ("openwrite", 20_000 if not QUICK else 5_000), ("connect", 5_000 if not QUICK else 1_000)]
+           ("openwrite", 20_000 if not QUICK else 5_000), ("connect", 5_000 if not QUICK else 1_000),
+           ("sendto", 20_000 if not QUICK else 5_000)]
     rs = runners()
     for op, n in ops:
         res = {}

@@ -71,17 +71,45 @@ impl Handler {
             flags,
             many: many.map(|v| (who.memory(), v)),
         };
-        if blocking(&sock) && flags & libc::MSG_DONTWAIT == 0 {
-            std::thread::Builder::new()
-                .name("guard-send".into())
-                .spawn(move || {
-                    let outcome = call.run(&sock, &ready);
-                    let _ = answer(call.listener, call.id, outcome);
-                })
-                .map_err(|_| Errno::EAGAIN)?;
-            return Ok(Answer::Deferred);
+        if !blocking(&sock) || flags & libc::MSG_DONTWAIT != 0 {
+            return call.run(&sock, &ready);
         }
-        call.run(&sock, &ready)
+        // A blocking send may wait long (a full buffer, a receiver's full queue): that part
+        // runs on a thread, so the guard keeps answering everyone else. Most single sends go
+        // at once, though: tried first without waiting, here.
+        let mut sent = 0;
+        if let [one] = ready.as_mut_slice() {
+            let n = send_one(
+                sock.as_raw_fd(),
+                one,
+                flags | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            );
+            if n < 0 && Errno::last() != Errno::EAGAIN {
+                return Err(call.failed(Errno::last()));
+            }
+            if n >= 0 && n as usize == one.data.len() {
+                return Ok(Answer::Value(n as i64));
+            }
+            // A stream took part of it: the rest waits, its control messages went with the
+            // part sent.
+            if n > 0 {
+                sent = n as usize;
+                one.data.drain(..sent);
+                one.control.clear();
+            }
+        }
+        std::thread::Builder::new()
+            .name("guard-send".into())
+            .spawn(move || {
+                let outcome = match call.run(&sock, &ready) {
+                    Ok(Answer::Value(n)) => Ok(Answer::Value(n + sent as i64)),
+                    Err(_) if sent > 0 => Ok(Answer::Value(sent as i64)),
+                    other => other,
+                };
+                let _ = answer(call.listener, call.id, outcome);
+            })
+            .map_err(|_| Errno::EAGAIN)?;
+        Ok(Answer::Deferred)
     }
 }
 
@@ -157,18 +185,23 @@ fn take_passed(who: Asker<'_>, control: &mut [u8]) -> Result<Vec<OwnedFd>, Errno
 }
 
 impl Call {
+    /// A send failed with `e`: on a broken stream the program gets its SIGPIPE, as from the
+    /// kernel (init's own send asks for none).
+    fn failed(&self, e: Errno) -> Errno {
+        if e == Errno::EPIPE && self.flags & libc::MSG_NOSIGNAL == 0 {
+            // SAFETY: tkill takes integer arguments only.
+            unsafe { libc::syscall(libc::SYS_tkill, self.tid, libc::SIGPIPE) };
+        }
+        e
+    }
+
     /// Send each message; the first one's error is the call's, after it the count so far.
     fn run(&self, sock: &OwnedFd, msgs: &[Ready]) -> Result<Answer, Errno> {
         let mut sent = 0i64;
         for (i, m) in msgs.iter().enumerate() {
-            let n = send_one(sock, m, self.flags | libc::MSG_NOSIGNAL);
+            let n = send_one(sock.as_raw_fd(), m, self.flags | libc::MSG_NOSIGNAL);
             if n < 0 {
-                let e = Errno::last();
-                if e == Errno::EPIPE && self.flags & libc::MSG_NOSIGNAL == 0 {
-                    // What the kernel does for the program's own send.
-                    // SAFETY: tkill takes integer arguments only.
-                    unsafe { libc::syscall(libc::SYS_tkill, self.tid, libc::SIGPIPE) };
-                }
+                let e = self.failed(Errno::last());
                 if i == 0 {
                     return Err(e);
                 }
@@ -191,7 +224,7 @@ impl Call {
     }
 }
 
-fn send_one(sock: &OwnedFd, m: &Ready, flags: i32) -> isize {
+fn send_one(sock: std::os::fd::RawFd, m: &Ready, flags: i32) -> isize {
     let mut iov = libc::iovec {
         iov_base: m.data.as_ptr() as *mut libc::c_void,
         iov_len: m.data.len(),
@@ -210,5 +243,5 @@ fn send_one(sock: &OwnedFd, m: &Ready, flags: i32) -> isize {
     }
     // SAFETY: a valid socket and a msghdr whose buffers outlive the call (the kernel only reads
     // them).
-    unsafe { libc::sendmsg(sock.as_raw_fd(), &h, flags) }
+    unsafe { libc::sendmsg(sock, &h, flags) }
 }
