@@ -77,7 +77,9 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
     )?;
     if let Some(s) = &spec.host_sockets {
-        create_guard::host_sockets::init(s).at(Step::Mounts)?;
+        let nest = std::path::Path::new(create_guard::nested::SOCKET);
+        let inits_own: &[&std::path::Path] = if nest_socket.is_some() { &[nest] } else { &[] };
+        create_guard::host_sockets::init(s, inits_own).at(Step::Mounts)?;
     }
     let guarded = !spec.persist.is_empty() || spec.host_sockets.is_some();
     identity::drop_privileges(core_hard_limit(&spec), guarded)?;

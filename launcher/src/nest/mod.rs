@@ -327,7 +327,11 @@ fn plan(
                     .then_some(crate::proxy::HTTP_PORT),
             },
         },
-        register: shim::create_guard::nested::Register { persist },
+        register: shim::create_guard::nested::Register {
+            persist,
+            // Connects are performed by the outer guard, outside this layer's domain.
+            tcp_connect: net.tcp_connect.clone(),
+        },
         proxy: net.proxy,
         timeout: policy.runtime.limits.timeout.as_ref().map(|t| t.value),
         private,

@@ -6,7 +6,8 @@
 //! * sockets handed in with `--allow-unix-socket`,
 //! * sockets on the sandbox's own filesystems (its `/tmp`, `/dev/shm`, the emptied `/run`...):
 //!   nothing of the host is there unless handed in,
-//! * sockets bound inside the sandbox (every `bind` goes through the guard, which notes them).
+//! * sockets bound inside the sandbox (every `bind` goes through the guard, which notes them),
+//! * init's own: the registration socket of nested sandboxes (`nested::SOCKET`).
 //!
 //! The decision is on the socket's inode, found from the path init copied once and resolved as
 //! the target would; init then connects the target's socket to that very inode (through its
@@ -29,6 +30,8 @@ type Inode = (u64, u64);
 
 struct Rules {
     handed_in: HashSet<Inode>,
+    /// Init's own sockets (see `init`): connects there are stamped with who asked.
+    inits_own: HashSet<Inode>,
     own_filesystems: HashSet<u64>,
     bound_inside: Mutex<HashSet<Inode>>,
 }
@@ -57,13 +60,20 @@ fn inode(st: &libc::stat) -> Inode {
     (st.st_dev, st.st_ino)
 }
 
-/// Note what the spec names; a handed-in socket or an own filesystem that is not there is an
-/// error (the layout planned them).
-pub fn init(spec: &Spec) -> Result<(), String> {
+/// Note what the spec names, and `inits_own`, the sockets init made for the sandbox (the
+/// registration socket of nested sandboxes); a handed-in socket or an own filesystem that is not
+/// there is an error (the layout planned them).
+pub fn init(spec: &Spec, inits_own: &[&Path]) -> Result<(), String> {
     let mut handed_in = HashSet::new();
     for p in &spec.handed_in {
         let st = stat(p).map_err(|e| format!("the handed-in socket {e}"))?;
         handed_in.insert(inode(&st));
+    }
+    let mut own = HashSet::new();
+    for p in inits_own {
+        let i = inode(&stat(p)?);
+        handed_in.insert(i);
+        own.insert(i);
     }
     let mut own_filesystems = HashSet::new();
     for p in &spec.own_filesystems {
@@ -72,6 +82,7 @@ pub fn init(spec: &Spec) -> Result<(), String> {
     RULES
         .set(Rules {
             handed_in,
+            inits_own: own,
             own_filesystems,
             bound_inside: Mutex::default(),
         })
@@ -87,6 +98,13 @@ pub fn may_connect(st: &libc::stat) -> bool {
     r.handed_in.contains(&inode(st))
         || r.own_filesystems.contains(&st.st_dev)
         || r.bound_inside.lock().is_ok_and(|b| b.contains(&inode(st)))
+}
+
+/// Whether `st` is one of init's own sockets (a connection there gets the guard's stamp).
+pub fn is_inits_own(st: &libc::stat) -> bool {
+    RULES
+        .get()
+        .is_some_and(|r| r.inits_own.contains(&inode(st)))
 }
 
 /// A socket was just bound at `name` in `dir`: it is the sandbox's own.

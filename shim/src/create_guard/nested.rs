@@ -42,6 +42,11 @@ const MAX_ENTRIES: usize = 64;
 pub struct Register {
     /// Its writable trees (every path outside them is refused) and what is protected in them.
     pub persist: PersistSpec,
+    /// The TCP ports its Landlock layer lets the program connect to (`None`: that layer does
+    /// not limit TCP). The guard performs connects in init's domain, where the nested layer
+    /// does not apply; so it applies this list itself.
+    #[serde(default)]
+    pub tcp_connect: Option<Vec<u16>>,
 }
 
 /// The answer.
@@ -61,9 +66,16 @@ pub struct Entry {
     rules: Rules,
     /// Nothing at or below these may be written or moved away (`--deny-write`, `--deny-read`).
     denied: Vec<std::path::PathBuf>,
+    tcp_connect: Option<Vec<u16>>,
 }
 
 impl Entry {
+    /// Whether the nested sandbox's Landlock layer would let a TCP connect of process `tgid`
+    /// to `port` through: the layer confines the registrant's program, not the registrant.
+    pub fn allows_tcp_port(&self, tgid: libc::pid_t, port: u16) -> bool {
+        tgid == self.pid || self.tcp_connect.as_ref().is_none_or(|p| p.contains(&port))
+    }
+
     fn alive(&self) -> bool {
         let mut p = libc::pollfd {
             fd: self.pidfd.as_raw_fd(),
@@ -157,8 +169,15 @@ impl Registry {
             .collect())
     }
 
-    /// Register `persist` for the process `pidfd` refers to (pid `pid`, as long as it lives).
-    fn add(&self, pid: libc::pid_t, pidfd: OwnedFd, persist: &PersistSpec) -> Result<(), String> {
+    /// Register `persist` (and the TCP ports of its layer) for the process `pidfd` refers to
+    /// (pid `pid`, as long as it lives).
+    fn add(
+        &self,
+        pid: libc::pid_t,
+        pidfd: OwnedFd,
+        persist: &PersistSpec,
+        tcp_connect: Option<Vec<u16>>,
+    ) -> Result<(), String> {
         let mut all = self.entries.lock().map_err(|_| "registry poisoned")?;
         all.retain(|e| e.alive());
         let entry = Arc::new(Entry {
@@ -166,6 +185,7 @@ impl Registry {
             pidfd,
             rules: Rules::new(persist),
             denied: persist.denied.clone(),
+            tcp_connect,
         });
         // Gone already: its pid may be another process's by now, which must not be narrowed.
         if !entry.alive() {
@@ -290,25 +310,73 @@ fn register(conn: &OwnedFd, registry: &Registry) -> Registered {
         Ok(c) => c.pid(),
         Err(e) => return fail(format!("SO_PEERCRED => {e}")),
     };
-    // The peer's pidfd, taken by the kernel when it connected: a pidfd opened from its pid
-    // later could be another process's, should the peer have exited and its pid been reused
-    // (a registration must narrow the registrant's subtree only).
-    let pidfd = match peer_pidfd(conn) {
-        Ok(fd) => fd,
-        Err(e) => return fail(format!("SO_PEERPIDFD => {e}")),
+    // A connect made by this sandbox's create guard (every connect of a guarded sandbox) has
+    // init as its peer: the guard's stamp, sent before the connecting program got its answer,
+    // names the process it connected for, with a pidfd the guard opened while that process
+    // was known to live (it waited for the answer).
+    // SAFETY: getpid cannot fail.
+    let (peer, pidfd) = if peer == unsafe { libc::getpid() } {
+        match stamp_of(conn) {
+            Ok(p) => p,
+            Err(e) => return fail(format!("the guard's stamp: {e}")),
+        }
+    } else {
+        // The peer's pidfd, taken by the kernel when it connected: a pidfd opened from its pid
+        // later could be another process's, should the peer have exited and its pid been
+        // reused (a registration must narrow the registrant's subtree only).
+        match peer_pidfd(conn) {
+            Ok(fd) => (peer, fd),
+            Err(e) => return fail(format!("SO_PEERPIDFD => {e}")),
+        }
     };
     let request: Register = match crate::channel::recv(conn.as_raw_fd()) {
         Ok(Some((r, _fds))) => r,
         Ok(None) => return fail("no request".into()),
         Err(e) => return fail(format!("{e:#}")),
     };
-    match registry.add(peer, pidfd, &request.persist) {
+    match registry.add(peer, pidfd, &request.persist, request.tcp_connect) {
         Ok(()) => Registered {
             ok: true,
             guarded: registry.guarded,
             error: None,
         },
         Err(e) => fail(e),
+    }
+}
+
+/// The first message on a connection the create guard made for a program: these four bytes,
+/// the program's process id (native order), and its pidfd (SCM_RIGHTS).
+pub const STAMP: [u8; 4] = *b"SLG1";
+
+fn stamp_of(conn: &OwnedFd) -> Result<(libc::pid_t, OwnedFd), String> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut buf = [0u8; 8];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut pidfd = None;
+    for c in msg.cmsgs().map_err(|e| e.to_string())? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for fd in fds {
+                // SAFETY: a descriptor just received, owned by nobody else.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                pidfd.get_or_insert(fd);
+            }
+        }
+    }
+    let n = msg.bytes;
+    match pidfd {
+        Some(fd) if n == buf.len() && buf[..4] == STAMP => Ok((
+            libc::pid_t::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]),
+            fd,
+        )),
+        _ => Err("missing or malformed".into()),
     }
 }
 
@@ -370,6 +438,7 @@ mod tests {
             pidfd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
             rules: Rules::new(&spec),
             denied: spec.denied.clone(),
+            tcp_connect: None,
         }
     }
 
@@ -420,6 +489,7 @@ mod tests {
                     roots: vec!["/x".into()],
                     ..Default::default()
                 },
+                Some(vec![443]),
             )
             .unwrap();
         let mut child = std::process::Command::new("sleep")
@@ -428,6 +498,10 @@ mod tests {
             .unwrap();
         assert_eq!(registry.for_task(me).unwrap().len(), 1);
         assert_eq!(registry.for_task(child.id() as i32).unwrap().len(), 1);
+        // Its TCP rules come with it, for its program (the guard applies them to connects).
+        let e = &registry.for_task(me).unwrap()[0];
+        assert!(e.allows_tcp_port(me + 1, 443) && !e.allows_tcp_port(me + 1, 3128));
+        assert!(e.allows_tcp_port(me, 3128));
         // The parent of this test process is not in the subtree.
         let parent = status_field(me, "PPid:").unwrap();
         assert!(registry.for_task(parent).unwrap().is_empty());
@@ -444,7 +518,7 @@ mod tests {
             .unwrap();
         let pid = child.id() as i32;
         registry
-            .add(pid, pidfd(pid), &PersistSpec::default())
+            .add(pid, pidfd(pid), &PersistSpec::default(), None)
             .unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
@@ -459,7 +533,9 @@ mod tests {
         let pid = child.id() as i32;
         let fd = pidfd(pid);
         child.wait().unwrap();
-        assert!(registry.add(pid, fd, &PersistSpec::default()).is_err());
+        assert!(registry
+            .add(pid, fd, &PersistSpec::default(), None)
+            .is_err());
         assert!(registry.entries.lock().unwrap().is_empty());
     }
 
