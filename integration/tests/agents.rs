@@ -83,8 +83,8 @@ impl Fixture {
             "echo \"seccomp=$(sed -n 's/^Seccomp:[[:space:]]*//p' /proc/self/status)\"\n\
              echo \"uid=$(id -u)\"\n\
              echo \"home=$HOME\"\n\
-             if echo '{{\"hooks\": \"planted\"}}' >> \"$HOME/{config}\"; then echo config=written; else echo config=refused; fi\n\
-             if echo planted > {outside}/planted; then echo outside=written; else echo outside=refused; fi\n\
+             if {{ echo '{{\"hooks\": \"planted\"}}' >> \"$HOME/{config}\"; }} 2>/dev/null; then echo config=written; else echo config=refused; fi\n\
+             if {{ echo planted > {outside}/planted; }} 2>/dev/null; then echo outside=written; else echo outside=refused; fi\n\
              echo \"secret=[$(cat {secret} 2>&1)]\"\n\
              echo \"public=[$(cat {public} 2>&1)]\"\n\
              echo \"denied=[$(curl -sS --max-time 20 http://denied.test/ 2>&1)]\"\n\
