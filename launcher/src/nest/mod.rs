@@ -208,18 +208,6 @@ fn plan(
             ),
         ));
     }
-    // Nothing can be mounted from inside a sandbox: refused rather than left out.
-    if let Some(m) = policy.filesystem.mounts.first() {
-        return Err(StepError::new(
-            Step::Policy,
-            format!(
-                "{}: a nested sandbox cannot mount anything (no mount namespace can be made \
-                 inside a sandbox)",
-                m.value.describe()
-            ),
-            Some("give the mount to the outer sandbox instead"),
-        ));
-    }
     let mut warnings = policy.warnings.clone();
     let mode = policy.network.mode.unwrap_or(NetworkMode::Restricted);
     let mut env = environment::build(
