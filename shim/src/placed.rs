@@ -184,7 +184,7 @@ pub fn bind(source: &Path, target: &Path, read_only: bool, attach: &[Attach]) ->
     if read_only {
         attr |= MOUNT_ATTR_RDONLY;
     }
-    sys_at::set_attr_tree(tree.as_fd(), attr).at(Step::Mounts)?;
+    sys::mount_setattr_tree(tree.as_fd(), attr).at(Step::Mounts)?;
     let to = open_target(root.as_fd(), target, is_dir(&st))?;
     sys_at::move_onto(tree.as_fd(), to.as_fd()).at(Step::Mounts)?;
     confirm(target, &st, read_only)
@@ -196,7 +196,7 @@ pub fn file_read_only(staged: &Path, target: &Path) -> R<()> {
     let root = sys_at::open_dir(Path::new("/newroot")).at(Step::Mounts)?;
     let src = open_source_at(Path::new("/"), staged)?;
     let tree = sys_at::clone_tree(src.as_fd()).at(Step::Mounts)?;
-    sys_at::set_attr_tree(
+    sys::mount_setattr_tree(
         tree.as_fd(),
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )
@@ -271,7 +271,7 @@ pub fn overlay(source: &Path, target: &Path, options: &str, attach: &[Attach]) -
         ));
     }
     let tree = sys_at::clone_tree(src.as_fd()).at(Step::Mounts)?;
-    sys_at::set_attr_tree(
+    sys::mount_setattr_tree(
         tree.as_fd(),
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )

@@ -153,32 +153,31 @@ pub fn mount_setattr_idmap(
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
-    // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor; the struct is initialised.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    check(ret as libc::c_int, || {
+    setattr_tree(tree, &attr, || {
         format!("mount_setattr(tree, AT_RECURSIVE, set=MOUNT_ATTR_IDMAP|{attr_set:#x})")
-    })?;
-    Ok(())
+    })
 }
 
-/// Set `attr_set` on every mount of the detached tree `tree` (no idmapping).
+/// Set `attr_set` on the tree `tree` (detached, or the root of an attached mount) and every
+/// mount in it (no idmapping).
 pub fn mount_setattr_tree(tree: std::os::fd::BorrowedFd<'_>, attr_set: u64) -> SysResult<()> {
-    use std::os::fd::AsRawFd;
     let attr = MountAttr {
         attr_set,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
+    setattr_tree(tree, &attr, || {
+        format!("mount_setattr(tree, AT_RECURSIVE, set={attr_set:#x})")
+    })
+}
+
+fn setattr_tree(
+    tree: std::os::fd::BorrowedFd<'_>,
+    attr: &MountAttr,
+    call: impl FnOnce() -> String,
+) -> SysResult<()> {
+    use std::os::fd::AsRawFd;
     // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor; the struct is initialised.
     let ret = unsafe {
         libc::syscall(
@@ -186,13 +185,11 @@ pub fn mount_setattr_tree(tree: std::os::fd::BorrowedFd<'_>, attr_set: u64) -> S
             tree.as_raw_fd(),
             c"".as_ptr(),
             (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-            &attr as *const MountAttr,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
-    check(ret as libc::c_int, || {
-        format!("mount_setattr(tree, AT_RECURSIVE, set={attr_set:#x})")
-    })?;
+    check(ret as libc::c_int, call)?;
     Ok(())
 }
 

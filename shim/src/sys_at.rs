@@ -164,41 +164,6 @@ pub fn clone_tree(fd: BorrowedFd<'_>) -> SysResult<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(ret as libc::c_int) })
 }
 
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// Set `attr_set` on the (detached or attached) tree `fd` and every mount in it.
-pub fn set_attr_tree(fd: BorrowedFd<'_>, attr_set: u64) -> SysResult<()> {
-    let attr = MountAttr {
-        attr_set,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor; the struct is initialised.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(fail(format!(
-            "mount_setattr(fd, AT_RECURSIVE, set={attr_set:#x})"
-        )));
-    }
-    Ok(())
-}
-
 /// Put the mount `from` (a detached tree, or the root of a mount) on the object `to`.
 pub fn move_onto(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> SysResult<()> {
     // SAFETY: empty paths with the EMPTY_PATH flags name the two descriptors.
