@@ -2,6 +2,7 @@
 //! where it would be), and one that is a symlink (its whole chain, so neither the link can be
 //! replaced nor what it points at be written another way).
 
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 /// `p` made canonical as far as it exists: the deepest existing ancestor resolved, the rest
@@ -32,9 +33,18 @@ pub fn lenient(p: &Path) -> PathBuf {
 /// `p` with its directory made canonical (as far as it exists) but its last component kept
 /// as it is: a symlink there stays the link, for [`chain`] to follow.
 pub fn named(p: &Path) -> PathBuf {
+    named_in(p, &mut HashMap::new())
+}
+
+/// [`named`], with the directories resolved so far in `resolved` (one launch's plan asks for
+/// hundreds of names in a handful of directories; each costs a `realpath` per ancestor).
+pub fn named_in(p: &Path, resolved: &mut HashMap<PathBuf, PathBuf>) -> PathBuf {
     let p = lexically(p);
     match (p.parent(), p.file_name()) {
-        (Some(dir), Some(name)) => lenient(dir).join(name),
+        (Some(dir), Some(name)) => resolved
+            .entry(dir.to_path_buf())
+            .or_insert_with(|| lenient(dir))
+            .join(name),
         _ => p,
     }
 }

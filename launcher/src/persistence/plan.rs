@@ -2,14 +2,14 @@
 //! `--allow-write` path on its own, even under a writable parent (a writable `~` must not drop
 //! what protects the project inside it) — without walking any tree.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use shim::create_guard::rules::{Op, Rules, Verdict};
 use shim::spec::{PersistSpec, ProtectRule};
 
 use super::git_paths;
-use super::links::{chain, named};
+use super::links::{chain, named, named_in};
 use super::{named_at_launch, table_rules};
 
 /// What the plan needs to know of the host.
@@ -97,6 +97,7 @@ pub fn plan(req: &Request<'_>) -> Protections {
     out.spec.rules = table_rules(req.home);
     // The table's literal paths at the top of every root and in a covered home: bound when
     // they exist, their symlinks followed.
+    let mut resolved = HashMap::new();
     for p in named_at_launch(&roots, req.home) {
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -108,7 +109,7 @@ pub fn plan(req: &Request<'_>) -> Protections {
                 // Missing below a symlinked directory (a stow-managed `~/.config ->
                 // dotfiles/.config`): it would be created where the link leads, which its own
                 // name must not reach either. (What exists is bound there already.)
-                let there = named(&p);
+                let there = named_in(&p, &mut resolved);
                 if there != p {
                     let why = format!("{} is a protected path", p.display());
                     out.protect(&there, &why, &roots, false);
