@@ -28,12 +28,15 @@ use crate::namespaces::Identity;
 pub struct Attached {
     pub attach: Vec<Attach>,
     pub fds: Vec<OwnedFd>,
+    /// The user namespaces that define the mappings made so far, by the owner they map: one
+    /// per owner for the whole launch (making one costs a clone). Dropped with `Attached`.
+    mappings: Vec<((u32, u32), OwnedFd)>,
 }
 
 /// Prepare every writable tree that the sandbox's user does not own.
 pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, StepError> {
     let mut out = Attached::default();
-    let mut namespaces: Vec<((u32, u32), OwnedFd)> = Vec::new();
+    let mut namespaces = std::mem::take(&mut out.mappings);
     for tree in trees {
         let meta = std::fs::metadata(tree)
             .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
@@ -55,6 +58,7 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
         };
         idmapped(tree, &meta, id, 0, &mut namespaces, &mut out, refused)?;
     }
+    out.mappings = namespaces;
     Ok(out)
 }
 
@@ -66,7 +70,7 @@ pub fn prepare_placed(
     user: &str,
     out: &mut Attached,
 ) -> Result<(), StepError> {
-    let mut namespaces: Vec<((u32, u32), OwnedFd)> = Vec::new();
+    let mut namespaces = std::mem::take(&mut out.mappings);
     for (tree, inside) in trees {
         let meta = std::fs::metadata(tree)
             .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
@@ -93,6 +97,7 @@ pub fn prepare_placed(
             a.source = (inside != tree).then(|| tree.clone());
         }
     }
+    out.mappings = namespaces;
     Ok(())
 }
 
@@ -137,14 +142,13 @@ pub fn prepare_view(
             )),
         )
     };
-    let mut namespaces = Vec::new();
     let mut view = Attached::default();
     idmapped(
         home,
         &meta,
         id,
         MOUNT_ATTR_RDONLY,
-        &mut namespaces,
+        &mut out.mappings,
         &mut view,
         refused,
     )?;
@@ -175,6 +179,7 @@ pub fn prepare_view(
     }
     view.attach.append(&mut out.attach);
     view.fds.append(&mut out.fds);
+    view.mappings = std::mem::take(&mut out.mappings);
     *out = view;
     Ok(())
 }
