@@ -2,7 +2,7 @@
 //! (tmux), gets job control, Ctrl-C interrupts its foreground job and not the sandbox, and the
 //! sandbox ends with the shell's exit status.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,7 @@ use integration::*;
 
 struct Tmux {
     socket: String,
+    dir: PathBuf,
 }
 
 impl Tmux {
@@ -29,10 +30,13 @@ impl Tmux {
         if caller == Caller::Unprivileged && is_root() {
             inner = format!("setpriv --reuid {NOBODY} --regid {NOBODY} --clear-groups -- {inner}");
         }
-        let st = Command::new("tmux")
+        let tmux = Tmux {
+            socket,
+            dir: work.to_path_buf(),
+        };
+        let st = tmux
+            .command()
             .args([
-                "-L",
-                &socket,
                 "-f",
                 "/dev/null",
                 "new-session",
@@ -47,12 +51,21 @@ impl Tmux {
             .status()
             .expect("tmux (scripts/install-deps.sh installs it)");
         assert!(st.success());
-        Tmux { socket }
+        tmux
+    }
+
+    /// tmux on this server; its socket's directory (`tmux-UID`) in the test's own directory,
+    /// not in the host's /tmp.
+    fn command(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.env("TMUX_TMPDIR", &self.dir).args(["-L", &self.socket]);
+        c
     }
 
     fn send(&self, keys: &[&str]) {
-        let st = Command::new("tmux")
-            .args(["-L", &self.socket, "send-keys", "-t", "0"])
+        let st = self
+            .command()
+            .args(["send-keys", "-t", "0"])
             .args(keys)
             .status()
             .unwrap();
@@ -60,8 +73,9 @@ impl Tmux {
     }
 
     fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"])
+        let out = self
+            .command()
+            .args(["capture-pane", "-p", "-t", "0"])
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -85,9 +99,7 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .status();
+        let _ = self.command().arg("kill-server").status();
     }
 }
 
