@@ -13,6 +13,7 @@ pub mod idmap;
 pub mod layout;
 pub mod limits;
 pub mod login;
+pub mod mountinfo;
 pub mod namespaces;
 pub mod nest;
 pub mod persistence;

@@ -46,8 +46,10 @@ pub fn kernel_abi() -> Result<i32, Errno> {
     }
 }
 
-fn abi_enum(v: i32) -> ABI {
+/// The `landlock` crate's ABI for the version the kernel reported (0 or less: none).
+pub fn abi_enum(v: i32) -> ABI {
     match v {
+        i32::MIN..=0 => ABI::Unsupported,
         1 => ABI::V1,
         2 => ABI::V2,
         3 => ABI::V3,

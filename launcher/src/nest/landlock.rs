@@ -47,21 +47,6 @@ pub struct Layer {
     pub split: bool,
 }
 
-pub fn abi_of(v: i32) -> ABI {
-    match v {
-        i32::MIN..=0 => ABI::Unsupported,
-        1 => ABI::V1,
-        2 => ABI::V2,
-        3 => ABI::V3,
-        4 => ABI::V4,
-        5 => ABI::V5,
-        6 => ABI::V6,
-        7 => ABI::V7,
-        8 => ABI::V8,
-        _ => ABI::V9,
-    }
-}
-
 /// Rights of the plan's kinds of rule.
 fn rights(want: Want, abi: ABI) -> BitFlags<AccessFs> {
     match want {
@@ -109,7 +94,7 @@ pub fn plan(
     denied: &[(PathBuf, Keep)],
     tcp_connect: Option<Vec<u16>>,
 ) -> Layer {
-    let abi = abi_of(abi_num);
+    let abi = shim::landlock::abi_enum(abi_num);
     let mut out = Vec::new();
     let mut was_split = false;
     for r in rules {
@@ -206,7 +191,7 @@ pub struct Facts {
 /// Apply the layer to this process (the program's, before its exec). Nothing short of full
 /// enforcement is accepted: a nested sandbox exists to narrow.
 pub fn apply(layer: &Layer) -> Result<Facts> {
-    let abi = abi_of(layer.abi);
+    let abi = shim::landlock::abi_enum(layer.abi);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(layer.handled)

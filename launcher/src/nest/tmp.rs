@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use shim::spec::{Access, LandlockRule, MountOp};
 
+use crate::mountinfo::unescape;
+
 /// A private tree replaced by a directory of its own.
 #[derive(Debug, Clone)]
 pub struct Replaced {
@@ -23,27 +25,6 @@ fn mount_points() -> Vec<PathBuf> {
         .filter_map(|l| l.split(' ').nth(4))
         .map(|p| PathBuf::from(unescape(p)))
         .collect()
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) =
-                u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or(""), 8)
-            {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The mount points strictly below `tree`.
@@ -137,13 +118,6 @@ pub fn remove(replaced: &[Replaced]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape(r"/tmp/a\040b"), "/tmp/a b");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/x\134y"), r"/x\y");
-    }
 
     #[test]
     fn only_mounts_strictly_below_count() {
