@@ -41,13 +41,7 @@ impl Handler {
         dev: u64,
     ) -> Result<Answer, Errno> {
         let place = place(who, dirfd, path)?;
-        self.check_via(
-            Op::Create {
-                path: &place.full,
-                dir: false,
-            },
-            &place.via,
-        )?;
+        self.check_create(&place)?;
         // SAFETY: valid descriptor and NUL-terminated name.
         errno_of(unsafe { libc::mknodat(place.dir.as_raw_fd(), place.name.as_ptr(), mode, dev) })
     }
@@ -60,13 +54,7 @@ impl Handler {
         path: &CString,
     ) -> Result<Answer, Errno> {
         let place = place(who, dirfd, path)?;
-        self.check_via(
-            Op::Create {
-                path: &place.full,
-                dir: false,
-            },
-            &place.via,
-        )?;
+        self.check_create(&place)?;
         // SAFETY: NUL-terminated strings and a valid descriptor.
         errno_of(unsafe {
             libc::symlinkat(target.as_ptr(), place.dir.as_raw_fd(), place.name.as_ptr())
@@ -87,13 +75,7 @@ impl Handler {
             return Err(Errno::EINVAL);
         }
         let to = place(who, newdirfd, new)?;
-        self.check_via(
-            Op::Create {
-                path: &to.full,
-                dir: false,
-            },
-            &to.via,
-        )?;
+        self.check_create(&to)?;
         let from = if flags & libc::AT_EMPTY_PATH != 0 && old.as_bytes().is_empty() {
             object_of_fd(who, olddirfd)?
         } else {

@@ -32,6 +32,17 @@ impl Handler {
     }
 
     /// [`check`](Self::check) `op`, and the same at every other name the path was reached by.
+    /// [`Self::check_via`] for the creation of a file (no directory) at `place`.
+    fn check_create(&self, place: &super::resolve::Place) -> Result<(), Errno> {
+        self.check_via(
+            Op::Create {
+                path: &place.full,
+                dir: false,
+            },
+            &place.via,
+        )
+    }
+
     fn check_via(&self, op: Op<'_>, via: &[std::path::PathBuf]) -> Result<(), Errno> {
         self.check(op)?;
         for p in via {

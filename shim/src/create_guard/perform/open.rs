@@ -43,13 +43,7 @@ impl Handler {
                 Found::Missing(_) => return Err(Errno::ENOENT),
             }
         };
-        self.check_via(
-            Op::Create {
-                path: &place.full,
-                dir: false,
-            },
-            &place.via,
-        )?;
+        self.check_create(&place)?;
         // O_NOFOLLOW: the place was resolved above; a symlink swapped in since then must not
         // redirect it.
         let open_flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW;

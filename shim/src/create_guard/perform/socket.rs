@@ -9,7 +9,6 @@ use nix::errno::Errno;
 
 use super::super::answer::Answer;
 use super::super::resolve::place;
-use super::super::rules::Op;
 use super::super::target::Asker;
 use super::super::Handler;
 
@@ -26,13 +25,7 @@ impl Handler {
             if let Some(path) = pathname(addr) {
                 let path = std::ffi::CString::new(path).map_err(|_| Errno::EINVAL)?;
                 let place = place(who, libc::AT_FDCWD, &path)?;
-                self.check_via(
-                    Op::Create {
-                        path: &place.full,
-                        dir: false,
-                    },
-                    &place.via,
-                )?;
+                self.check_create(&place)?;
                 placed = Some(place);
                 // The kernel resolves the address again, in init: from the same root, and for a
                 // relative one from the target's working directory (the guard's thread has a
