@@ -24,6 +24,40 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `whole-process`'s arguments.
+#[derive(Args, Debug)]
+pub struct WholeProcessArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// The program and its arguments (options after PROGRAM are the program's).
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
+}
+
+/// `whole-process` alone: what a launch parses. Building the whole tree (every subcommand's
+/// options, `SandboxArgs` four times over) costs more than the rest of the parse, on every
+/// launch; anything this parser does not accept is parsed again by [`Cli`], whose errors and
+/// help are the ones shown.
+#[derive(Parser, Debug)]
+#[command(name = "whole-process")]
+struct WholeProcessOnly {
+    #[command(flatten)]
+    args: WholeProcessArgs,
+}
+
+/// The command line `args` (with the program's name first), as [`Cli`] parses it; exits with
+/// clap's message for a command line it does not accept (or for `--help`).
+pub fn parse(args: &[String]) -> Cli {
+    if args.get(1).map(String::as_str) == Some("whole-process") {
+        if let Ok(w) = WholeProcessOnly::try_parse_from(&args[1..]) {
+            return Cli {
+                command: Command::WholeProcess(w.args),
+            };
+        }
+    }
+    Cli::parse_from(args)
+}
+
 #[derive(Subcommand, Debug)]
 #[allow(clippy::enum_variant_names)] // `per-command` is the documented name
 pub enum Command {
@@ -31,13 +65,7 @@ pub enum Command {
     ///
     /// Example: sandbox-launch whole-process droid --some-flag
     #[command(name = "whole-process")]
-    WholeProcess {
-        #[command(flatten)]
-        sandbox: SandboxArgs,
-        /// The program and its arguments (options after PROGRAM are the program's).
-        #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
-        command: Vec<String>,
-    },
+    WholeProcess(WholeProcessArgs),
     /// Run one shell command (`sh -c COMMAND`) inside the sandbox.
     #[command(name = "per-command")]
     PerCommand {
@@ -382,7 +410,7 @@ mod tests {
 
     fn program_of(args: &[&str]) -> Vec<String> {
         match Cli::try_parse_from(args).unwrap().command {
-            Command::WholeProcess { command, .. } => command,
+            Command::WholeProcess(w) => w.command,
             other => panic!("parsed as {other:?}"),
         }
     }
@@ -400,6 +428,79 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
         assert!(e.to_string().contains("--polcy"), "{e}");
+    }
+
+    /// The launch's own parser gives what the whole tree gives, and refuses what it refuses
+    /// (so that the whole tree's message is the one shown).
+    #[test]
+    fn whole_process_alone_parses_as_the_whole_tree_does() {
+        let lines: &[&[&str]] = &[
+            &["whole-process", "id"],
+            &["whole-process", "--network", "none", "--", "id", "-u"],
+            &[
+                "whole-process",
+                "-v",
+                "-v",
+                "--allow-write",
+                "/w",
+                "--deny-write",
+                "/w/x",
+                "droid",
+                "--x",
+            ],
+            &[
+                "whole-process",
+                "--allow-domain",
+                "a.example",
+                "--bind",
+                "/a:/b",
+                "--tmpfs",
+                "/t",
+                "sh",
+            ],
+            &[
+                "whole-process",
+                "--worktree",
+                "--name",
+                "n",
+                "--",
+                "--looks-like-an-option",
+            ],
+            &[
+                "whole-process",
+                "--egress",
+                "proxy-only",
+                "--timeout",
+                "5s",
+                "true",
+            ],
+            &["whole-process", "--polcy", "x", "--", "id"],
+            &["whole-process"],
+            &["whole-process", "--network", "nonsense", "id"],
+            &["whole-process", "--help"],
+            &["whole-process", "-h"],
+            &["whole-process", "--version"],
+            &["whole-process", "-V"],
+        ];
+        let mut parsed = 0;
+        for line in lines {
+            let full =
+                Cli::try_parse_from(std::iter::once("sandbox-launch").chain(line.iter().copied()));
+            let alone = WholeProcessOnly::try_parse_from(line.iter().copied());
+            match (full, alone) {
+                (Ok(f), Ok(a)) => {
+                    parsed += 1;
+                    assert_eq!(
+                        format!("{:?}", f.command),
+                        format!("{:?}", Command::WholeProcess(a.args)),
+                        "{line:?}"
+                    )
+                }
+                (Err(_), Err(_)) => {}
+                (f, a) => panic!("{line:?}: the whole tree gives {f:?}, the launch's parser {a:?}"),
+            }
+        }
+        assert_eq!(parsed, 6, "the lines meant to parse must parse");
     }
 
     #[test]

@@ -1,14 +1,13 @@
 //! sandbox-launch: run an AI coding agent and everything it starts inside a kernel-enforced
 //! Linux sandbox. See README.md and DESIGN.md.
 
-use clap::Parser;
 use sandbox_launch::{cli, control, doctor, login, persistence, policy, prompt, sandbox, worktree};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let cli = match login::rewrite(&args) {
-        Ok(Some(rewritten)) => cli::Cli::parse_from(rewritten),
-        Ok(None) => cli::Cli::parse(),
+        Ok(Some(rewritten)) => cli::parse(&rewritten),
+        Ok(None) => cli::parse(&args),
         // A login whose configuration cannot be used: no shell at all, rather than one with
         // another policy than the administrator's.
         Err(e) => {
@@ -17,7 +16,7 @@ fn main() {
         }
     };
     let code = match cli.command {
-        cli::Command::WholeProcess { sandbox, command } => {
+        cli::Command::WholeProcess(cli::WholeProcessArgs { sandbox, command }) => {
             sandbox::run(&sandbox, command, "whole-process")
         }
         cli::Command::PerCommand { sandbox, command } => sandbox::run(

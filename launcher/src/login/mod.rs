@@ -174,7 +174,10 @@ mod tests {
         // What the CLI makes of it: options before the program, the shell as the program.
         let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&line).unwrap();
         match cli.command {
-            crate::cli::Command::WholeProcess { sandbox, command } => {
+            crate::cli::Command::WholeProcess(crate::cli::WholeProcessArgs {
+                sandbox,
+                command,
+            }) => {
                 assert_eq!(command, ["/bin/sh"]);
                 assert_eq!(sandbox.policy.as_deref(), Some(Path::new("/etc/p.yaml")));
             }
