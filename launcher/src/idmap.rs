@@ -11,9 +11,10 @@
 //! the descriptors across the clone, moves them into place. Where that cannot be done, the
 //! launch is refused with the cause and the fix.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use nix::errno::Errno;
 use shim::channel::{Step, StepError};
@@ -28,15 +29,36 @@ use crate::namespaces::Identity;
 pub struct Attached {
     pub attach: Vec<Attach>,
     pub fds: Vec<OwnedFd>,
-    /// The user namespaces that define the mappings made so far, by the owner they map: one
-    /// per owner for the whole launch (making one costs a clone). Dropped with `Attached`.
-    mappings: Vec<((u32, u32), OwnedFd)>,
+}
+
+/// The user namespaces that define the mappings made so far, by (owner, sandbox's ids): one per
+/// mapping for the whole launch — making one costs a clone, and the home's probe and the trees'
+/// preparation ask for the same one. Each is a descriptor, kept while the launcher runs.
+static MAPPINGS: Mutex<Vec<(Ids, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// (uid, gid) on disk → (uid, gid) of the sandbox's user.
+type Ids = ((u32, u32), (u32, u32));
+
+/// Run `f` with the mapping namespace for `from` → `to`, made on first use.
+fn with_mapping<R>(
+    from: (u32, u32),
+    to: (u32, u32),
+    f: impl FnOnce(BorrowedFd<'_>) -> R,
+) -> Result<R, sys::SysError> {
+    let mut made = MAPPINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let index = match made.iter().position(|(ids, _)| *ids == (from, to)) {
+        Some(i) => i,
+        None => {
+            made.push(((from, to), mapping_namespace(from, to)?));
+            made.len() - 1
+        }
+    };
+    Ok(f(made[index].1.as_fd()))
 }
 
 /// Prepare every writable tree that the sandbox's user does not own.
 pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, StepError> {
     let mut out = Attached::default();
-    let mut namespaces = std::mem::take(&mut out.mappings);
     for tree in trees {
         let meta = std::fs::metadata(tree)
             .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
@@ -56,9 +78,8 @@ pub fn prepare(trees: &[PathBuf], id: Identity, user: &str) -> Result<Attached, 
                 Some(&fix(tree, why, (meta.uid(), meta.gid()), id)),
             )
         };
-        idmapped(tree, &meta, id, 0, &mut namespaces, &mut out, refused)?;
+        idmapped(tree, &meta, id, 0, &mut out, refused)?;
     }
-    out.mappings = namespaces;
     Ok(out)
 }
 
@@ -70,7 +91,6 @@ pub fn prepare_placed(
     user: &str,
     out: &mut Attached,
 ) -> Result<(), StepError> {
-    let mut namespaces = std::mem::take(&mut out.mappings);
     for (tree, inside) in trees {
         let meta = std::fs::metadata(tree)
             .map_err(|e| StepError::new(Step::Mounts, format!("{}: {e}", tree.display()), None))?;
@@ -91,13 +111,12 @@ pub fn prepare_placed(
                 Some(&fix(tree, why, (meta.uid(), meta.gid()), id)),
             )
         };
-        idmapped(tree, &meta, id, 0, &mut namespaces, out, refused)?;
+        idmapped(tree, &meta, id, 0, out, refused)?;
         if let Some(a) = out.attach.last_mut() {
             a.target = inside.clone();
             a.source = (inside != tree).then(|| tree.clone());
         }
     }
-    out.mappings = namespaces;
     Ok(())
 }
 
@@ -143,15 +162,7 @@ pub fn prepare_view(
         )
     };
     let mut view = Attached::default();
-    idmapped(
-        home,
-        &meta,
-        id,
-        MOUNT_ATTR_RDONLY,
-        &mut out.mappings,
-        &mut view,
-        refused,
-    )?;
+    idmapped(home, &meta, id, MOUNT_ATTR_RDONLY, &mut view, refused)?;
     // The view goes first: the trees inside it are attached on top of it.
     for a in &mut view.attach {
         a.read_only = true;
@@ -179,7 +190,6 @@ pub fn prepare_view(
     }
     view.attach.append(&mut out.attach);
     view.fds.append(&mut out.fds);
-    view.mappings = std::mem::take(&mut out.mappings);
     *out = view;
     Ok(())
 }
@@ -191,12 +201,14 @@ pub fn probe(tree: &Path, id: Identity) -> Result<(), String> {
     if meta.uid() == id.uid {
         return Ok(());
     }
-    let ns = mapping_namespace((meta.uid(), meta.gid()), (id.uid, id.gid)).map_err(|e| {
-        format!("{e}: no user namespace can be made here, and an idmapping is defined by one")
-    })?;
     let fd = sys::open_tree_clone(tree).map_err(|e| format!("{e}: {}", why(e.errno)))?;
-    sys::mount_setattr_idmap(fd.as_fd(), ns.as_fd(), MOUNT_ATTR_RDONLY)
-        .map_err(|e| format!("{e}: {}", why(e.errno)))
+    with_mapping((meta.uid(), meta.gid()), (id.uid, id.gid), |ns| {
+        sys::mount_setattr_idmap(fd.as_fd(), ns, MOUNT_ATTR_RDONLY)
+    })
+    .map_err(|e| {
+        format!("{e}: no user namespace can be made here, and an idmapping is defined by one")
+    })?
+    .map_err(|e| format!("{e}: {}", why(e.errno)))
 }
 
 /// Clone `tree` detached and idmap it (its owner → the sandbox's user) with `attr` set too.
@@ -205,31 +217,24 @@ fn idmapped(
     meta: &std::fs::Metadata,
     id: Identity,
     attr: u64,
-    namespaces: &mut Vec<((u32, u32), OwnedFd)>,
     out: &mut Attached,
     refused: impl Fn(String, &str) -> StepError,
 ) -> Result<(), StepError> {
     let owner = (meta.uid(), meta.gid());
-    let index = match namespaces.iter().position(|(o, _)| *o == owner) {
-        Some(i) => i,
-        None => {
-            let fd = mapping_namespace(owner, (id.uid, id.gid)).map_err(|e| {
-                refused(
-                    e.to_string(),
-                    "no user namespace can be made here, and an idmapping is defined by one",
-                )
-            })?;
-            namespaces.push((owner, fd));
-            namespaces.len() - 1
-        }
-    };
-    let userns = &namespaces[index].1;
     let fd = sys::open_tree_clone(tree).map_err(|e| refused(e.to_string(), why(e.errno)))?;
-    sys::mount_setattr_idmap(
-        fd.as_fd(),
-        userns.as_fd(),
-        attr | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-    )
+    with_mapping(owner, (id.uid, id.gid), |userns| {
+        sys::mount_setattr_idmap(
+            fd.as_fd(),
+            userns,
+            attr | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )
+    })
+    .map_err(|e| {
+        refused(
+            e.to_string(),
+            "no user namespace can be made here, and an idmapping is defined by one",
+        )
+    })?
     .map_err(|e| refused(e.to_string(), why(e.errno)))?;
     out.attach.push(Attach {
         target: tree.to_path_buf(),
