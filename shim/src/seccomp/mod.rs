@@ -8,6 +8,12 @@
 //!
 //! In front of the chain sits a guard this module adds itself, whatever the policy says: on
 //! x86-64 it kills the process for any syscall made through another ABI (see [`abi_guard`]).
+//! Each filter gets a binary search on the syscall number in front of its code (see
+//! `dispatch`), which makes installing the program several times cheaper.
+
+mod dispatch;
+#[cfg(test)]
+mod equivalence;
 
 use std::collections::HashMap;
 use std::convert::TryInto;
@@ -33,6 +39,13 @@ const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 /// `offsetof(struct seccomp_data, nr)` and `offsetof(struct seccomp_data, arch)`.
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+/// The audit arch [`abi_guard`] requires (every other is killed before the first filter).
+#[cfg(target_arch = "x86_64")]
+const GUARD_ARCH: Option<u32> = Some(AUDIT_ARCH_X86_64);
+#[cfg(not(target_arch = "x86_64"))]
+const GUARD_ARCH: Option<u32> = None;
 /// The kernel refuses longer classic BPF programs.
 const BPF_MAXINSNS: usize = 4096;
 
@@ -65,11 +78,11 @@ pub fn compile(spec: &SeccompSpec) -> Result<BpfProgram> {
     })?;
     let mut others: Vec<(String, BpfProgram)> = filters.into_iter().collect();
     others.sort_by(|a, b| a.0.cmp(&b.0));
+    let filters: Vec<BpfProgram> = std::iter::once(main)
+        .chain(others.into_iter().map(|(_, p)| p))
+        .collect();
 
-    let mut program = abi_guard();
-    program.extend(chain(
-        std::iter::once(main).chain(others.into_iter().map(|(_, p)| p)),
-    ));
+    let program = program(filters);
     if program.len() > BPF_MAXINSNS {
         bail!(
             "seccomp policy '{}' compiles to {} BPF instructions; the kernel accepts at most {BPF_MAXINSNS}",
@@ -78,6 +91,17 @@ pub fn compile(spec: &SeccompSpec) -> Result<BpfProgram> {
         );
     }
     Ok(program)
+}
+
+/// The ABI guard, then `filters` chained, each behind a search on the syscall number; the plain
+/// chain when that cannot be built (a filter of an unexpected shape, or too long a program).
+fn program(filters: Vec<BpfProgram>) -> BpfProgram {
+    let mut program = abi_guard();
+    match dispatch::dispatched(&filters, GUARD_ARCH) {
+        Some(p) if program.len() + p.len() <= BPF_MAXINSNS => program.extend(p),
+        _ => program.extend(chain(filters)),
+    }
+    program
 }
 
 /// Load `prog` as this thread's seccomp filter (it is inherited by every child and kept across
@@ -186,7 +210,6 @@ pub fn describe(json: &str) -> Result<Vec<String>> {
 fn abi_guard() -> BpfProgram {
     #[cfg(target_arch = "x86_64")]
     {
-        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
         const X32_SYSCALL_BIT: u32 = 0x4000_0000;
         vec![
             stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
