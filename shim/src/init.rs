@@ -94,10 +94,11 @@ const FAILED_RLIMIT: i32 = 3;
 const FAILED_SECCOMP: i32 = 4;
 const FAILED_CAPS: i32 = 5;
 
-/// The target, forked but held before everything that makes it the target: it waits for
-/// [`Forked::start`]. It is forked early — before init starts the create guard's thread (so the
-/// program is PID 2) and before init's own seccomp filter (which the child installs itself, as
-/// the last thing before its exec, along with the guard's).
+/// The target, forked but held before its exec: it waits for [`Forked::start`]. It is forked
+/// early — before init starts the create guard's thread (so the program is PID 2) and before
+/// init's own seccomp filter (which the child installs itself, along with the guard's). The child
+/// drops its capabilities and installs both filters at once, while init builds and verifies the
+/// rest; only then does it wait for init's go.
 pub struct Forked<'a> {
     pid: libc::pid_t,
     path: &'a Path,
@@ -166,8 +167,7 @@ pub fn fork_target<'a>(
 }
 
 impl Forked<'_> {
-    /// Let the target go on: it installs its filters and execs. Returns its pid once the exec
-    /// has succeeded, and the create guard's listener when one was asked for; any failure
+    /// Let the target go on to its exec. Returns its pid once the exec has succeeded, and the create guard's listener when one was asked for; any failure
     /// before the exec is reported as an error (the target never ran).
     pub fn start(self) -> Result<(libc::pid_t, Option<crate::create_guard::Listener>), StepError> {
         let Forked {
@@ -301,8 +301,14 @@ impl Child<'_> {
         }
     }
 
-    /// Restore default signal handling, wait for init's go, drop the capability init's guard
-    /// thread keeps, install the policy's filter and the guard's, and exec. Never returns.
+    /// Restore default signal handling, drop the capability init's guard thread keeps, install
+    /// the policy's filter and the guard's (handing the guard's listener to init), wait for
+    /// init's go, and exec. Never returns.
+    ///
+    /// The filters go in before the go, in parallel with init's own setup: nothing the child
+    /// does before its exec needs more than they allow (reads of the go and ack pipes,
+    /// setrlimit, execve), and a failure is reported on the status pipe all the same — init
+    /// reads it when it would have let the child go, and the program never runs.
     ///
     /// # Safety
     /// Must only be called in a freshly forked child of a single-threaded process.
@@ -316,11 +322,6 @@ impl Child<'_> {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        // Init builds and verifies the rest of the sandbox meanwhile (EOF: it failed).
-        let mut go = [0u8; 1];
-        if libc::read(self.go, go.as_mut_ptr().cast(), 1) != 1 {
-            libc::_exit(127);
-        }
         if let Err(errno) = drop_all_capabilities() {
             self.fail(FAILED_CAPS, errno);
         }
@@ -331,6 +332,13 @@ impl Child<'_> {
             if let Err(errno) = crate::create_guard::install_in_child(prog, sock) {
                 self.fail(FAILED_GUARD, errno);
             }
+        }
+        // Init builds and verifies the rest of the sandbox meanwhile (EOF: it failed).
+        let mut go = [0u8; 1];
+        if libc::read(self.go, go.as_mut_ptr().cast(), 1) != 1 {
+            libc::_exit(127);
+        }
+        if let Some((_, sock)) = self.guard {
             // Exec only once init holds the listener (EOF: init is gone).
             let mut ack = [0u8; 1];
             if libc::read(sock, ack.as_mut_ptr().cast(), 1) != 1 {

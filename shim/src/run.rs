@@ -86,8 +86,8 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     let landlock = landlock::restrict(&landlock_spec, &mut warnings)?;
 
     // The target is forked now, held until everything is verified: it is PID 2, shares the
-    // privileges and the Landlock domain, and installs the seccomp filters itself before its
-    // exec (see `init::fork_target`). A probe (`doctor`) builds and verifies, and starts nothing.
+    // privileges and the Landlock domain, and installs the seccomp filters itself right away,
+    // while init goes on (see `init::fork_target`). A probe (`doctor`) builds and verifies, and starts nothing.
     let policy: Vec<libc::sock_filter> = filter
         .iter()
         .map(|i| libc::sock_filter {
@@ -140,7 +140,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     };
 
     // The guard's thread starts here: after the privileges and Landlock, which it shares with
-    // the rest of init, and before init's own seccomp filter (it installs its own).
+    // the rest of init, and before init's own seccomp filter (it installs its own, meanwhile).
     let guard_thread = if guarded {
         let t = create_guard::GuardThread::start(&filter)?;
         identity::drop_kept()?;
@@ -149,6 +149,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         None
     };
     seccomp::install(&filter).map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
+    let guard_thread = guard_thread.map(|t| t.ready()).transpose()?;
     for text in warnings {
         send(sync, &FromShim::Warning { text })?;
     }

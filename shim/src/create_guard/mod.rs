@@ -204,9 +204,17 @@ pub struct GuardThread {
     tid: libc::pid_t,
 }
 
+/// The guard's thread while it sets itself up; [`Starting::ready`] waits for it.
+pub struct Starting {
+    handler: mpsc::Sender<Serve>,
+    ready: mpsc::Receiver<Result<libc::pid_t, String>>,
+}
+
 impl GuardThread {
-    /// Start the thread and wait until its filter is in place.
-    pub fn start(policy: &BpfProgram) -> Result<GuardThread, StepError> {
+    /// Start the thread; it installs its filter while the caller goes on. From the moment this
+    /// returns, the thread exists with the caller's filter, credentials and Landlock domain as
+    /// they were: the caller may install its own filter and drop what the thread keeps.
+    pub fn start(policy: &BpfProgram) -> Result<Starting, StepError> {
         let prog: BpfProgram = filter::guard_thread_prefix()
             .into_iter()
             .map(|i| seccompiler::sock_filter {
@@ -244,22 +252,11 @@ impl GuardThread {
                     while h.handle_one().is_ok() {}
                 }
             });
-        let fail = |why: String| {
-            StepError::new(
-                Step::Seccomp,
-                format!("cannot start the create guard's thread: {why}"),
-                Some("run `sandbox-launch doctor`"),
-            )
-        };
-        spawned.map_err(|e| fail(e.to_string()))?;
-        match ready_rx.recv() {
-            Ok(Ok(tid)) => Ok(GuardThread {
-                handler: handler_tx,
-                tid,
-            }),
-            Ok(Err(why)) => Err(fail(why)),
-            Err(_) => Err(fail("it ended during setup".into())),
-        }
+        spawned.map_err(|e| cannot_start(e.to_string()))?;
+        Ok(Starting {
+            handler: handler_tx,
+            ready: ready_rx,
+        })
     }
 
     /// The thread's id (for verification).
@@ -284,6 +281,28 @@ impl GuardThread {
             nests,
         });
     }
+}
+
+impl Starting {
+    /// Wait until the thread's filter is in place.
+    pub fn ready(self) -> Result<GuardThread, StepError> {
+        match self.ready.recv() {
+            Ok(Ok(tid)) => Ok(GuardThread {
+                handler: self.handler,
+                tid,
+            }),
+            Ok(Err(why)) => Err(cannot_start(why)),
+            Err(_) => Err(cannot_start("it ended during setup".into())),
+        }
+    }
+}
+
+fn cannot_start(why: String) -> StepError {
+    StepError::new(
+        Step::Seccomp,
+        format!("cannot start the create guard's thread: {why}"),
+        Some("run `sandbox-launch doctor`"),
+    )
 }
 
 /// What the guard's thread needs to start answering.
