@@ -366,9 +366,11 @@ pub fn check_reachable(
     id: Identity,
     user: &str,
 ) -> Result<(), StepError> {
+    // The trees share most of their ancestors: each is looked at once.
+    let mut seen = std::collections::HashSet::new();
     for path in paths {
         for dir in path.ancestors().skip(1) {
-            if attached.iter().any(|a| dir.starts_with(&a.target)) {
+            if !seen.insert(dir) || attached.iter().any(|a| dir.starts_with(&a.target)) {
                 continue;
             }
             let Ok(meta) = std::fs::metadata(dir) else {

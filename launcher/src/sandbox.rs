@@ -765,8 +765,11 @@ pub(crate) fn sinks(args: &SandboxArgs) -> anyhow::Result<(StatusSink, Arc<Event
 /// refuses them; this is the second line), say so loudly: such files run code outside the
 /// sandbox later (direnv, editor tasks, agent configuration).
 fn report_created(watch: &[PathBuf], status: &mut StatusSink) {
+    // A fresh view: what is there now, each directory asked about read once.
+    let mut view = persistence::host_view::HostView::new();
+    view.expect(watch);
     for p in watch {
-        if std::fs::symlink_metadata(p).is_ok() {
+        if view.kind(p) != persistence::host_view::Kind::Missing {
             let text = format!(
                 "{} was created inside the sandbox; it is a protected path (it can run code \
                  outside the sandbox later): review it before trusting this directory",

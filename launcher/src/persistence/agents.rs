@@ -103,7 +103,8 @@ pub fn plan(
             .as_deref()
             .map(PathBuf::from)
             .unwrap_or_else(|| home.join(default));
-        if !dir.is_dir()
+        let mut there = dir.is_dir();
+        if !there
             && launched == *name
             && std::fs::DirBuilder::new()
                 .recursive(true)
@@ -113,8 +114,9 @@ pub fn plan(
         {
             own_like(&dir, home);
             out.created.push(dir.clone());
+            there = dir.is_dir();
         }
-        if !dir.is_dir() {
+        if !there {
             continue;
         }
         if moved.is_some() {

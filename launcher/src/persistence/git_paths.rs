@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use shim::create_guard::rules::gitconfig;
 
+use super::host_view::{HostView, Kind};
 use super::links::{lenient, named};
 
 /// What the configurations name.
@@ -28,18 +29,17 @@ struct Repo {
 
 /// The repository `dir` lies in, found as git finds it (a `.git` directory or file in `dir` or
 /// an ancestor).
-fn repository_of(dir: &Path) -> Option<Repo> {
+fn repository_of(view: &mut HostView, dir: &Path) -> Option<Repo> {
     for top in dir.ancestors() {
         let dotgit = top.join(".git");
-        let Ok(meta) = std::fs::metadata(&dotgit) else {
-            continue;
-        };
-        let gitdir = if meta.is_dir() {
-            dotgit
-        } else {
-            let text = std::fs::read_to_string(&dotgit).ok()?;
-            let target = text.trim().strip_prefix("gitdir:")?.trim();
-            lenient(&top.join(target))
+        let gitdir = match view.followed(&dotgit) {
+            Kind::Missing => continue,
+            Kind::Dir => dotgit,
+            Kind::Symlink | Kind::File | Kind::Other => {
+                let text = std::fs::read_to_string(&dotgit).ok()?;
+                let target = text.trim().strip_prefix("gitdir:")?.trim();
+                lenient(view, &top.join(target))
+            }
         };
         return Some(Repo {
             top: top.to_path_buf(),
@@ -50,7 +50,12 @@ fn repository_of(dir: &Path) -> Option<Repo> {
 }
 
 /// `~/x` and relative paths, as git expands them in configuration values.
-fn expand(value: &str, relative_to: &Path, home: Option<&Path>) -> Option<PathBuf> {
+fn expand(
+    view: &mut HostView,
+    value: &str,
+    relative_to: &Path,
+    home: Option<&Path>,
+) -> Option<PathBuf> {
     let p = if let Some(rest) = value.strip_prefix("~/") {
         home?.join(rest)
     } else if value == "~" {
@@ -58,14 +63,20 @@ fn expand(value: &str, relative_to: &Path, home: Option<&Path>) -> Option<PathBu
     } else {
         relative_to.join(value)
     };
-    Some(named(&p))
+    Some(named(view, &p))
 }
 
 /// Read `file` and what it includes (at most 10 deep), collecting into `out`; relative hook
 /// paths are relative to `top` (the working tree whose hooks run), includes to the including
 /// file's directory.
-fn read(file: &Path, top: &Path, home: Option<&Path>, depth: usize, out: &mut GitPaths) {
-    if depth > 10 {
+struct Reading<'a> {
+    view: &'a mut HostView,
+    home: Option<&'a Path>,
+    out: GitPaths,
+}
+
+fn read(r: &mut Reading<'_>, file: &Path, top: &Path, depth: usize) {
+    if depth > 10 || r.view.followed(file) == Kind::Missing {
         return;
     }
     let Ok(meta) = std::fs::metadata(file) else {
@@ -87,14 +98,14 @@ fn read(file: &Path, top: &Path, home: Option<&Path>, depth: usize, out: &mut Gi
         };
         match (e.section.as_str(), e.key.as_str()) {
             ("core", "hookspath") if e.subsection.is_none() => {
-                if let Some(p) = expand(value, top, home) {
-                    out.hooks.insert(p);
+                if let Some(p) = expand(r.view, value, top, r.home) {
+                    r.out.hooks.insert(p);
                 }
             }
             ("include" | "includeif", "path") => {
-                if let Some(p) = expand(value, dir, home) {
-                    if out.includes.insert(p.clone()) {
-                        read(&p, top, home, depth + 1, out);
+                if let Some(p) = expand(r.view, value, dir, r.home) {
+                    if r.out.includes.insert(p.clone()) {
+                        read(r, &p, top, depth + 1);
                     }
                 }
             }
@@ -105,8 +116,7 @@ fn read(file: &Path, top: &Path, home: Option<&Path>, depth: usize, out: &mut Gi
 
 /// Everything the configurations git reads for `dirs` (the working directory and the writable
 /// roots) make run from elsewhere.
-pub fn discover(dirs: &[PathBuf], home: Option<&Path>) -> GitPaths {
-    let mut out = GitPaths::default();
+pub fn discover(view: &mut HostView, dirs: &[PathBuf], home: Option<&Path>) -> GitPaths {
     let mut globals: Vec<PathBuf> = vec![PathBuf::from("/etc/gitconfig")];
     if let Some(h) = home {
         globals.push(h.join(".gitconfig"));
@@ -116,23 +126,28 @@ pub fn discover(dirs: &[PathBuf], home: Option<&Path>) -> GitPaths {
         globals.push(xdg.join("git/config"));
     }
     let mut seen = BTreeSet::new();
+    let mut r = Reading {
+        view,
+        home,
+        out: GitPaths::default(),
+    };
     for dir in dirs {
-        let Some(repo) = repository_of(dir) else {
+        let Some(repo) = repository_of(r.view, dir) else {
             continue;
         };
         if !seen.insert(repo.gitdir.clone()) {
             continue;
         }
-        read(&repo.gitdir.join("config"), &repo.top, home, 0, &mut out);
+        read(&mut r, &repo.gitdir.join("config"), &repo.top, 0);
         if let Ok(common) = std::fs::read_to_string(repo.gitdir.join("commondir")) {
-            let common = lenient(&repo.gitdir.join(common.trim()));
-            read(&common.join("config"), &repo.top, home, 0, &mut out);
+            let common = lenient(r.view, &repo.gitdir.join(common.trim()));
+            read(&mut r, &common.join("config"), &repo.top, 0);
         }
         for g in &globals {
-            read(g, &repo.top, home, 0, &mut out);
+            read(&mut r, g, &repo.top, 0);
         }
     }
-    out
+    r.out
 }
 
 #[cfg(test)]
@@ -161,7 +176,7 @@ mod tests {
             "[includeIf \"gitdir:~/\"]\n\tpath = ~/.gitconfig.work\n",
         )
         .unwrap();
-        let found = discover(&[repo.join("src")], Some(&home));
+        let found = discover(&mut HostView::new(), &[repo.join("src")], Some(&home));
         assert!(found.hooks.contains(&repo.join(".husky")));
         assert!(found.hooks.contains(&home.join("hooks")));
         assert!(found.includes.contains(&repo.join("extra.inc")));

@@ -2,12 +2,53 @@
 //! where it would be), and one that is a symlink (its whole chain, so neither the link can be
 //! replaced nor what it points at be written another way).
 
-use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
+use super::host_view::{HostView, Kind};
+
 /// `p` made canonical as far as it exists: the deepest existing ancestor resolved, the rest
-/// appended as written (`..` after a missing component taken lexically).
-pub fn lenient(p: &Path) -> PathBuf {
+/// appended as written (`..` after a missing component taken lexically). What
+/// `std::fs::canonicalize` of the longest prefix that has one gives, with each component looked
+/// up once per view.
+pub fn lenient(view: &mut HostView, p: &Path) -> PathBuf {
+    if !p.is_absolute() {
+        return lenient_by_prefixes(p);
+    }
+    let mut out = PathBuf::from("/");
+    // A component was missing: the rest is taken as written.
+    let mut gone = false;
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) if gone => out.push(n),
+            Component::Normal(n) => {
+                // `out` is canonical and exists: `out/n` is canonical unless it is a symlink.
+                let next = out.join(n);
+                match view.kind(&next) {
+                    Kind::Dir | Kind::File | Kind::Other => out = next,
+                    Kind::Missing => {
+                        gone = true;
+                        out = next;
+                    }
+                    Kind::Symlink => match view.canonical(&next) {
+                        Some(c) => out = c,
+                        None => {
+                            gone = true;
+                            out = next;
+                        }
+                    },
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// [`lenient`] for a relative path (from the working directory): each prefix canonicalized.
+fn lenient_by_prefixes(p: &Path) -> PathBuf {
     if let Ok(c) = std::fs::canonicalize(p) {
         return c;
     }
@@ -32,19 +73,10 @@ pub fn lenient(p: &Path) -> PathBuf {
 
 /// `p` with its directory made canonical (as far as it exists) but its last component kept
 /// as it is: a symlink there stays the link, for [`chain`] to follow.
-pub fn named(p: &Path) -> PathBuf {
-    named_in(p, &mut HashMap::new())
-}
-
-/// [`named`], with the directories resolved so far in `resolved` (one launch's plan asks for
-/// hundreds of names in a handful of directories; each costs a `realpath` per ancestor).
-pub fn named_in(p: &Path, resolved: &mut HashMap<PathBuf, PathBuf>) -> PathBuf {
+pub fn named(view: &mut HostView, p: &Path) -> PathBuf {
     let p = lexically(p);
     match (p.parent(), p.file_name()) {
-        (Some(dir), Some(name)) => resolved
-            .entry(dir.to_path_buf())
-            .or_insert_with(|| lenient(dir))
-            .join(name),
+        (Some(dir), Some(name)) => lenient(view, dir).join(name),
         _ => p,
     }
 }
@@ -66,16 +98,19 @@ fn lexically(p: &Path) -> PathBuf {
 
 /// Every path a symlink at `p` leads through: `p` itself, each link's target in turn, and the
 /// final path. Just `[p]` when `p` is no symlink. At most 40 hops.
-pub fn chain(p: &Path) -> Vec<PathBuf> {
+pub fn chain(view: &mut HostView, p: &Path) -> Vec<PathBuf> {
     let mut out = vec![p.to_path_buf()];
     let mut here = p.to_path_buf();
     for _ in 0..40 {
+        if view.kind(&here) != Kind::Symlink {
+            break;
+        }
         let Ok(target) = std::fs::read_link(&here) else {
             break;
         };
         let dir = here
             .parent()
-            .map(lenient)
+            .map(|d| lenient(view, d))
             .unwrap_or_else(|| PathBuf::from("/"));
         let next = lexically(&dir.join(target));
         if out.contains(&next) {
@@ -95,7 +130,47 @@ mod tests {
     fn a_missing_path_is_named_where_it_would_be() {
         let tmp = std::env::temp_dir().canonicalize().unwrap();
         let p = tmp.join("sl-lenient-missing/a/../b");
-        assert_eq!(lenient(&p), tmp.join("sl-lenient-missing/b"));
+        assert_eq!(
+            lenient(&mut HostView::new(), &p),
+            tmp.join("sl-lenient-missing/b")
+        );
+    }
+
+    #[test]
+    fn lenient_names_each_path_as_canonicalize_of_its_longest_existing_prefix_does() {
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("sl-lenient-same-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("real/sub")).unwrap();
+        std::fs::write(base.join("real/file"), "").unwrap();
+        std::os::unix::fs::symlink("real", base.join("link")).unwrap();
+        std::os::unix::fs::symlink("../real/sub", base.join("real/up")).unwrap();
+        std::os::unix::fs::symlink("gone/x", base.join("dangling")).unwrap();
+        std::os::unix::fs::symlink("loop", base.join("loop")).unwrap();
+        let mut view = HostView::new();
+        for rel in [
+            "real",
+            "real/sub",
+            "real/sub/new/deeper",
+            "link/sub",
+            "link/file",
+            "link/file/x",
+            "link/file/..",
+            "real/up/../file",
+            "real/up/x/../y",
+            "dangling",
+            "dangling/x",
+            "missing/../real/sub",
+            "loop/x",
+            "link/../real",
+            "real/sub/../../link/sub/a",
+        ] {
+            let p = base.join(rel);
+            assert_eq!(lenient(&mut view, &p), lenient_by_prefixes(&p), "{rel}");
+        }
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
@@ -109,8 +184,9 @@ mod tests {
         std::os::unix::fs::symlink("dotfiles/bashrc", base.join("mid")).unwrap();
         std::os::unix::fs::symlink("mid", base.join(".bashrc")).unwrap();
         std::os::unix::fs::symlink("nowhere/x", base.join("dangling")).unwrap();
+        let view = &mut HostView::new();
         assert_eq!(
-            chain(&base.join(".bashrc")),
+            chain(view, &base.join(".bashrc")),
             vec![
                 base.join(".bashrc"),
                 base.join("mid"),
@@ -118,10 +194,13 @@ mod tests {
             ]
         );
         assert_eq!(
-            chain(&base.join("dangling")),
+            chain(view, &base.join("dangling")),
             vec![base.join("dangling"), base.join("nowhere/x")]
         );
-        assert_eq!(chain(&base.join("dotfiles")), vec![base.join("dotfiles")]);
+        assert_eq!(
+            chain(view, &base.join("dotfiles")),
+            vec![base.join("dotfiles")]
+        );
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -6,26 +6,26 @@ pub mod agents;
 pub mod binds;
 pub mod describe;
 mod git_paths;
+pub mod host_view;
 mod links;
 pub mod plan;
 pub mod table;
 
 use std::path::{Path, PathBuf};
 
+use host_view::{HostView, Kind};
 use shim::spec::ProtectRule;
 use table::{Scope, SURFACES};
 
 /// Each root's `.git/hooks` that exists at launch: bound read-only as a second layer under the
 /// guard's git rules (a hooks directory holding only samples may appear later; it is no
 /// surface by itself).
-pub fn git_hooks_at_launch(roots: &[PathBuf]) -> Vec<PathBuf> {
+pub fn git_hooks_at_launch(view: &mut HostView, roots: &[PathBuf]) -> Vec<PathBuf> {
     roots
         .iter()
         .map(|r| r.join(".git/hooks"))
         .filter(|h| {
-            h.parent()
-                .is_some_and(|g| std::fs::symlink_metadata(g).is_ok_and(|m| m.is_dir()))
-                && std::fs::symlink_metadata(h).is_ok_and(|m| m.is_dir())
+            h.parent().is_some_and(|g| view.kind(g) == Kind::Dir) && view.kind(h) == Kind::Dir
         })
         .collect()
 }
@@ -61,7 +61,11 @@ fn literal(pattern: &str) -> Option<&str> {
 /// literal patterns at the top of each writable root and in the home directory (where a root
 /// covers it), and each root's `.git` file (a gitlink). Whether each exists is for the caller
 /// to see.
-pub fn named_at_launch(roots: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
+pub fn named_at_launch(
+    view: &mut HostView,
+    roots: &[PathBuf],
+    home: Option<&Path>,
+) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for root in roots {
         for s in SURFACES.iter().filter(|s| s.scope == Scope::Anywhere) {
@@ -73,7 +77,7 @@ pub fn named_at_launch(roots: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
             );
         }
         let dotgit = root.join(".git");
-        if dotgit.is_file() {
+        if view.followed(&dotgit) == Kind::File {
             out.push(dotgit);
         }
     }
@@ -147,7 +151,7 @@ mod tests {
     #[test]
     fn literal_patterns_are_named_at_the_top_of_each_root_and_in_a_covered_home() {
         let roots = vec![PathBuf::from("/w"), PathBuf::from("/home/u")];
-        let named = named_at_launch(&roots, Some(Path::new("/home/u")));
+        let named = named_at_launch(&mut HostView::new(), &roots, Some(Path::new("/home/u")));
         for p in [
             "/w/.envrc",
             "/w/.vscode",
@@ -160,7 +164,11 @@ mod tests {
         }
         // Globs are the guard's alone.
         assert!(!named.iter().any(|p| p.to_string_lossy().contains('*')));
-        let elsewhere = named_at_launch(&[PathBuf::from("/w")], Some(Path::new("/home/u")));
+        let elsewhere = named_at_launch(
+            &mut HostView::new(),
+            &[PathBuf::from("/w")],
+            Some(Path::new("/home/u")),
+        );
         assert!(!elsewhere.contains(&PathBuf::from("/home/u/.bashrc")));
     }
 

@@ -2,14 +2,15 @@
 //! `--allow-write` path on its own, even under a writable parent (a writable `~` must not drop
 //! what protects the project inside it) — without walking any tree.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use shim::create_guard::rules::{Op, Rules, Verdict};
 use shim::spec::{PersistSpec, ProtectRule};
 
 use super::git_paths;
-use super::links::{chain, named, named_in};
+use super::host_view::{HostView, Kind};
+use super::links::{chain, named};
 use super::{named_at_launch, table_rules};
 
 /// What the plan needs to know of the host.
@@ -53,22 +54,25 @@ fn inside(p: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| p.starts_with(r))
 }
 
-fn exists(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok()
-}
-
 impl Protections {
     /// Protect `path` and everything below it, and, when it is a symlink, every link of its
     /// chain and where it ends (bound read-only there when that exists in a writable root).
-    fn protect(&mut self, path: &Path, why: &str, roots: &[PathBuf], denied: bool) {
-        for (i, p) in chain(path).into_iter().enumerate() {
+    fn protect(
+        &mut self,
+        view: &mut HostView,
+        path: &Path,
+        why: &str,
+        roots: &[PathBuf],
+        denied: bool,
+    ) {
+        for (i, p) in chain(view, path).into_iter().enumerate() {
             let why = if i == 0 {
                 why.to_string()
             } else {
                 format!("{why} (through the symlink {})", path.display())
             };
-            let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
-            let bound = !is_link && exists(&p) && inside(&p, roots);
+            let kind = view.kind(&p);
+            let bound = kind != Kind::Symlink && kind != Kind::Missing && inside(&p, roots);
             if bound {
                 self.read_only.push(p.clone());
             }
@@ -97,36 +101,40 @@ pub fn plan(req: &Request<'_>) -> Protections {
     out.spec.rules = table_rules(req.home);
     // The table's literal paths at the top of every root and in a covered home: bound when
     // they exist, their symlinks followed.
-    let mut resolved = HashMap::new();
-    for p in named_at_launch(&roots, req.home) {
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.file_type().is_symlink() => {
+    // One view of the host for the whole plan: each directory asked about read once.
+    let view = &mut HostView::new();
+    let named_here = named_at_launch(view, &roots, req.home);
+    view.expect(&named_here);
+    for p in named_here {
+        match view.kind(&p) {
+            Kind::Symlink => {
                 let why = format!("{} is a protected path", p.display());
-                out.protect(&p, &why, &roots, false)
+                out.protect(view, &p, &why, &roots, false)
             }
-            Ok(_) => out.read_only.push(p),
-            Err(_) => {
+            Kind::Dir | Kind::File | Kind::Other => out.read_only.push(p),
+            Kind::Missing => {
                 // Missing below a symlinked directory (a stow-managed `~/.config ->
                 // dotfiles/.config`): it would be created where the link leads, which its own
                 // name must not reach either. (What exists is bound there already.)
-                let there = named_in(&p, &mut resolved);
+                let there = named(view, &p);
                 if there != p {
                     let why = format!("{} is a protected path", p.display());
-                    out.protect(&there, &why, &roots, false);
+                    out.protect(view, &there, &why, &roots, false);
                 }
                 out.missing.push(p)
             }
         }
     }
-    out.read_only.extend(super::git_hooks_at_launch(&roots));
+    out.read_only
+        .extend(super::git_hooks_at_launch(view, &roots));
     // A root's git directory whose hooks or config is a symlink (`.git/hooks -> hooks.real`):
     // what it points at is written by git's hooks' or config's name.
     for root in &roots {
         for name in ["hooks", "config", "info"] {
             let p = root.join(".git").join(name);
-            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            if view.kind(&p) == Kind::Symlink {
                 let why = format!("git's {name} (through {})", p.display());
-                out.protect(&p, &why, &roots, false);
+                out.protect(view, &p, &why, &roots, false);
             }
         }
     }
@@ -136,11 +144,11 @@ pub fn plan(req: &Request<'_>) -> Protections {
         if dir.is_empty() || !dir.starts_with('/') {
             continue;
         }
-        let dir = named(Path::new(dir));
+        let dir = named(view, Path::new(dir));
         if !inside(&dir, &roots) {
             continue;
         }
-        out.protect(&dir, "a directory on the host's PATH", &roots, false);
+        out.protect(view, &dir, "a directory on the host's PATH", &roots, false);
         for e in std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
@@ -149,9 +157,10 @@ pub fn plan(req: &Request<'_>) -> Protections {
         {
             let p = e.path();
             if e.file_type().is_ok_and(|t| t.is_symlink()) {
-                let end = chain(&p).pop().unwrap_or(p);
+                let end = chain(view, &p).pop().unwrap_or(p);
                 if inside(&end, &roots) && !end.starts_with(&dir) {
                     out.protect(
+                        view,
                         &end,
                         "a command on the host's PATH (linked from it)",
                         &roots,
@@ -164,20 +173,21 @@ pub fn plan(req: &Request<'_>) -> Protections {
     // What the host's git configuration runs from elsewhere.
     let mut dirs = vec![req.cwd.to_path_buf()];
     dirs.extend(roots.iter().cloned());
-    let git = git_paths::discover(&dirs, req.home);
+    let git = git_paths::discover(view, &dirs, req.home);
     for h in &git.hooks {
         if inside(h, &roots) {
-            out.protect(h, "git hooks (core.hooksPath)", &roots, false);
+            out.protect(view, h, "git hooks (core.hooksPath)", &roots, false);
         }
     }
     for i in &git.includes {
         if inside(i, &roots) {
-            out.protect(i, "git configuration (included)", &roots, false);
+            out.protect(view, i, "git configuration (included)", &roots, false);
         }
     }
     // --deny-write: protected whether it exists or not, and beats every override.
     for d in req.deny_write {
-        out.protect(&named(d), "--deny-write", &roots, true);
+        let d = named(view, d);
+        out.protect(view, &d, "--deny-write", &roots, true);
     }
     // An explicit allow-write of a protected path (or of a path inside one) overrides it.
     let rules = Rules::new(&out.spec);
@@ -185,7 +195,7 @@ pub fn plan(req: &Request<'_>) -> Protections {
         // A directory: is what is written in it protected? (Its parent being writable, or
         // protected paths lying below it, does not make it one.) Anything else: itself.
         let probe = p.join("sandbox-launch-probe");
-        let verdict = if p.is_dir() {
+        let verdict = if view.followed(p) == Kind::Dir {
             rules.judge(Op::Create {
                 path: &probe,
                 dir: false,
