@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -46,11 +47,43 @@ const MAX_NAMES: usize = 4096;
 /// `FS_CASEFOLD_FL` (linux/fs.h): the directory matches names without regard to case.
 const FS_CASEFOLD_FL: libc::c_int = 0x4000_0000;
 
+/// A quick hash of a path's bytes (a pass keeps a few hundred paths it made itself; SipHash over
+/// `Path`'s component-wise hashing cost more than the lookups it saves).
+#[derive(Default)]
+struct Quick(u64);
+
+impl Hasher for Quick {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        for b in chunks.remainder() {
+            self.add(u64::from(*b));
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Quick {
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// Keyed by the path's bytes: only plain paths are kept, and two plain paths are the same path
+/// exactly when their bytes are.
+type ByPath<V> = HashMap<OsString, V, BuildHasherDefault<Quick>>;
+
 enum Listing {
     /// Not read (yet): this many names were looked up one by one.
     Asked(u32),
     /// Every name in it, with its type when the listing gave one.
-    Read(HashMap<OsString, Option<Kind>>),
+    Read(ByPath<Option<Kind>>),
     /// Nothing can be looked up under it (it is missing, or no directory).
     Nothing,
     /// A listing would not say what lookups say: look each name up.
@@ -59,10 +92,11 @@ enum Listing {
 
 #[derive(Default)]
 pub struct HostView {
-    kinds: HashMap<PathBuf, Kind>,
-    followed: HashMap<PathBuf, Kind>,
-    dirs: HashMap<PathBuf, Listing>,
-    canonical: HashMap<PathBuf, Option<PathBuf>>,
+    kinds: ByPath<Kind>,
+    followed: ByPath<Kind>,
+    dirs: ByPath<Listing>,
+    canonical: ByPath<Option<PathBuf>>,
+    lenient: ByPath<PathBuf>,
 }
 
 fn lstat(p: &Path) -> Kind {
@@ -94,6 +128,17 @@ fn plain(p: &Path) -> bool {
         && b[1..]
             .split(|c| *c == b'/')
             .all(|c| !c.is_empty() && c != b"." && c != b"..")
+}
+
+/// A plain path's directory and last name, by its bytes.
+fn split(p: &Path) -> Option<(&Path, &OsStr)> {
+    let b = p.as_os_str().as_bytes();
+    let i = b.iter().rposition(|c| *c == b'/')?;
+    let dir = if i == 0 { &b[..1] } else { &b[..i] };
+    Some((
+        Path::new(OsStr::from_bytes(dir)),
+        OsStr::from_bytes(&b[i + 1..]),
+    ))
 }
 
 /// Whether `dir`'s filesystem matches names exactly and lists every name it finds.
@@ -137,7 +182,7 @@ fn read(dir: &Path) -> Listing {
     if !exact_names(&d) || nix::sys::stat::fstatat(&d, ".", AtFlags::AT_SYMLINK_NOFOLLOW).is_err() {
         return Listing::ByName;
     }
-    let mut names = HashMap::new();
+    let mut names = ByPath::default();
     for e in d.iter() {
         let Ok(e) = e else {
             return Listing::ByName;
@@ -175,11 +220,11 @@ impl HostView {
                 lstat(p)
             };
         }
-        if let Some(k) = self.kinds.get(p) {
+        if let Some(k) = self.kinds.get(p.as_os_str()) {
             return *k;
         }
         let k = self.look(p);
-        self.kinds.insert(p.to_path_buf(), k);
+        self.kinds.insert(p.as_os_str().to_owned(), k);
         k
     }
 
@@ -190,12 +235,13 @@ impl HostView {
                 Ok(m) => kind_of(m.file_type()),
                 Err(_) => Kind::Missing,
             },
-            Kind::Symlink => *self.followed.entry(p.to_path_buf()).or_insert_with(|| {
-                match std::fs::metadata(p) {
+            Kind::Symlink => *self
+                .followed
+                .entry(p.as_os_str().to_owned())
+                .or_insert_with(|| match std::fs::metadata(p) {
                     Ok(m) => kind_of(m.file_type()),
                     Err(_) => Kind::Missing,
-                }
-            }),
+                }),
             k => k,
         }
     }
@@ -206,45 +252,60 @@ impl HostView {
             return std::fs::canonicalize(p).ok();
         }
         self.canonical
-            .entry(p.to_path_buf())
+            .entry(p.as_os_str().to_owned())
             .or_insert_with(|| std::fs::canonicalize(p).ok())
             .clone()
+    }
+
+    /// `made(self)`, kept under `dir` for the pass: what the view says of `dir` does not change
+    /// within it (a plan names hundreds of paths in a handful of directories).
+    pub fn lenient_dir(
+        &mut self,
+        dir: &Path,
+        made: impl FnOnce(&mut HostView) -> PathBuf,
+    ) -> PathBuf {
+        if let Some(p) = self.lenient.get(dir.as_os_str()) {
+            return p.clone();
+        }
+        let p = made(self);
+        self.lenient.insert(dir.as_os_str().to_owned(), p.clone());
+        p
     }
 
     /// `paths` are about to be asked: each directory holding more of them than a few is read
     /// now (outermost first, so that what is under a missing directory is known missing).
     pub fn expect(&mut self, paths: &[PathBuf]) {
-        let mut per_dir: HashMap<&Path, u32> = HashMap::new();
+        let mut per_dir: HashMap<&OsStr, u32, BuildHasherDefault<Quick>> = HashMap::default();
         for p in paths {
-            if let Some(d) = p.parent().filter(|_| plain(p)) {
-                *per_dir.entry(d).or_default() += 1;
+            if let Some((d, _)) = split(p).filter(|_| plain(p)) {
+                *per_dir.entry(d.as_os_str()).or_default() += 1;
             }
         }
         let mut dirs: Vec<&Path> = per_dir
             .into_iter()
             .filter(|(_, n)| *n > LOOKUPS_BEFORE_READING)
-            .map(|(d, _)| d)
+            .map(|(d, _)| Path::new(d))
             .collect();
         dirs.sort_by_key(|d| d.components().count());
         for d in dirs {
-            let unknown = matches!(self.dirs.get(d), None | Some(Listing::Asked(_)));
+            let unknown = matches!(self.dirs.get(d.as_os_str()), None | Some(Listing::Asked(_)));
             let can_hold = !matches!(
                 self.known(d),
                 Some(Kind::Missing | Kind::File | Kind::Other)
             );
             if unknown && can_hold {
-                self.dirs.insert(d.to_path_buf(), read(d));
+                self.dirs.insert(d.as_os_str().to_owned(), read(d));
             }
         }
     }
 
     /// What is known of `p` without asking the host: kept, or in its directory's listing.
     fn known(&self, p: &Path) -> Option<Kind> {
-        if let Some(k) = self.kinds.get(p) {
+        if let Some(k) = self.kinds.get(p.as_os_str()) {
             return Some(*k);
         }
-        let (dir, name) = (p.parent()?, p.file_name()?);
-        match self.dirs.get(dir)? {
+        let (dir, name) = split(p).filter(|_| plain(p))?;
+        match self.dirs.get(dir.as_os_str())? {
             Listing::Read(names) => match names.get(name) {
                 None => Some(Kind::Missing),
                 Some(k) => *k,
@@ -256,7 +317,7 @@ impl HostView {
 
     /// `p` is plain.
     fn look(&mut self, p: &Path) -> Kind {
-        let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
+        let Some((dir, name)) = split(p) else {
             return lstat(p);
         };
         // Nothing is under a missing path, or under a file: known without asking.
@@ -266,10 +327,13 @@ impl HostView {
         ) {
             return Kind::Missing;
         }
-        let listing = self
-            .dirs
-            .entry(dir.to_path_buf())
-            .or_insert(Listing::Asked(0));
+        if !self.dirs.contains_key(dir.as_os_str()) {
+            self.dirs
+                .insert(dir.as_os_str().to_owned(), Listing::Asked(0));
+        }
+        let Some(listing) = self.dirs.get_mut(dir.as_os_str()) else {
+            return lstat(p);
+        };
         if let Listing::Asked(n) = listing {
             if *n < LOOKUPS_BEFORE_READING {
                 *n += 1;
@@ -359,7 +423,10 @@ mod tests {
         for n in ["a", "b", "c", "d", "e", "f"] {
             assert_eq!(view.kind(&b.join(n)), Kind::Missing);
         }
-        assert!(matches!(view.dirs.get(b.as_path()), Some(Listing::Read(_))));
+        assert!(matches!(
+            view.dirs.get(b.as_os_str()),
+            Some(Listing::Read(_))
+        ));
         // A symlink is a symlink, a dangling one too; what is under it is looked up through it.
         assert_eq!(view.kind(&b.join("link")), Kind::Symlink);
         assert_eq!(view.kind(&b.join("dangling")), Kind::Symlink);
@@ -379,7 +446,7 @@ mod tests {
         // Made after the view saw its parent missing: the view keeps what it saw.
         assert_eq!(view.kind(&gone.join("sub")), Kind::Missing);
         assert_eq!(view.kind(&gone.join("sub/x")), Kind::Missing);
-        assert!(!view.dirs.contains_key(&gone));
+        assert!(!view.dirs.contains_key(gone.as_os_str()));
         assert_eq!(HostView::new().kind(&gone.join("sub")), Kind::Dir);
     }
 
@@ -400,7 +467,10 @@ mod tests {
         assert_eq!(view.kind(&d.join("f")), Kind::File);
         assert_eq!(view.kind(&d.join("sub")), Kind::Dir);
         if !nix::unistd::geteuid().is_root() {
-            assert!(matches!(view.dirs.get(&d), Some(Listing::ByName)));
+            assert!(matches!(
+                view.dirs.get(d.as_os_str()),
+                Some(Listing::ByName)
+            ));
         }
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -414,6 +484,18 @@ mod tests {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o644)).unwrap();
         agrees(&d, &["a", "b", "c", "d", "e", "f", "g"]);
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_plain_path_splits_into_its_directory_and_name() {
+        let s = |p: &'static str| split(Path::new(p)).map(|(d, n)| (d.to_owned(), n.to_owned()));
+        assert_eq!(s("/a"), Some(("/".into(), "a".into())));
+        assert_eq!(s("/a/b/c"), Some(("/a/b".into(), "c".into())));
+        for p in ["/a", "/a/b/c", "/x y/.envrc"] {
+            let p = Path::new(p);
+            let (d, n) = split(p).unwrap();
+            assert_eq!((Some(d), Some(n)), (p.parent(), p.file_name()));
+        }
     }
 
     #[test]

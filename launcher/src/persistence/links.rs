@@ -76,7 +76,7 @@ fn lenient_by_prefixes(p: &Path) -> PathBuf {
 pub fn named(view: &mut HostView, p: &Path) -> PathBuf {
     let p = lexically(p);
     match (p.parent(), p.file_name()) {
-        (Some(dir), Some(name)) => lenient(view, dir).join(name),
+        (Some(dir), Some(name)) => view.lenient_dir(dir, |v| lenient(v, dir)).join(name),
         _ => p,
     }
 }
