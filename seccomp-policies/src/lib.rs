@@ -6,6 +6,8 @@
 //! matches, so a second filter is how a policy answers with a second errno: `default` denies with
 //! EPERM in `"main"` and answers `clone3` with ENOSYS in `"enosys"`. See `policies/README.md`.
 
+pub mod dispatch;
+
 /// The embedded policies, by name.
 pub const POLICIES: &[(&str, &str)] = &[("default", include_str!("../policies/default.json"))];
 
@@ -22,6 +24,16 @@ include!(concat!(env!("OUT_DIR"), "/compiled.rs"));
 pub fn precompiled(json: &str) -> Option<Filters> {
     let (name, _) = POLICIES.iter().find(|(_, j)| *j == json)?;
     COMPILED.iter().find(|(n, _)| n == name).map(|(_, f)| *f)
+}
+
+/// The filters of the embedded policy whose JSON is `json`, chained into one program (`"main"`
+/// first, the others in name order; each one's "allow" hands over to the next) with a search on
+/// the syscall number in front of each ([`dispatch::dispatched`]), built at build time for a
+/// program that kills every audit arch but x86-64 in front of them. `None` for any other JSON or
+/// architecture.
+pub fn chained(json: &str) -> Option<&'static [Insn]> {
+    let (name, _) = POLICIES.iter().find(|(_, j)| *j == json)?;
+    CHAINED.iter().find(|(n, _)| n == name).map(|(_, p)| *p)
 }
 
 /// The JSON of the embedded policy called `name`.
@@ -54,6 +66,17 @@ mod tests {
             }
         }
         assert!(precompiled("{}").is_none());
+    }
+
+    /// A launch with an embedded policy does not build its search: the build did (the shim's
+    /// tests hold it to what the shim would build at run time).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_embedded_policies_are_chained_at_build_time() {
+        for (name, json) in POLICIES {
+            assert!(chained(json).is_some(), "{name} is not chained");
+        }
+        assert!(chained("{}").is_none());
     }
 
     /// The policies are data read at run time: a syscall name missing on one architecture would

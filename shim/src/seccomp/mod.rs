@@ -9,9 +9,8 @@
 //! In front of the chain sits a guard this module adds itself, whatever the policy says: on
 //! x86-64 it kills the process for any syscall made through another ABI (see [`abi_guard`]).
 //! Each filter gets a binary search on the syscall number in front of its code (see
-//! `dispatch`), which makes installing the program several times cheaper.
+//! `seccomp_policies::dispatch`), which makes installing the program several times cheaper.
 
-mod dispatch;
 #[cfg(test)]
 mod equivalence;
 
@@ -40,7 +39,7 @@ const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+use seccomp_policies::dispatch::AUDIT_ARCH_X86_64;
 /// The audit arch [`abi_guard`] requires (every other is killed before the first filter).
 #[cfg(target_arch = "x86_64")]
 const GUARD_ARCH: Option<u32> = Some(AUDIT_ARCH_X86_64);
@@ -55,7 +54,18 @@ pub fn compile(spec: &SeccompSpec) -> Result<BpfProgram> {
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e| anyhow!("seccomp: unsupported architecture: {e:?}"))?;
-    // An embedded policy was compiled when the binary was built; only other JSON is compiled now.
+    // An embedded policy was compiled and chained when the binary was built, for the guard
+    // this module puts in front on x86-64 (`chained` assumes it); only other JSON is compiled now.
+    #[cfg(target_arch = "x86_64")]
+    if let Some(chained) = seccomp_policies::chained(&spec.json) {
+        let mut program = abi_guard();
+        program.extend(
+            chained
+                .iter()
+                .map(|&(code, jt, jf, k)| sock_filter { code, jt, jf, k }),
+        );
+        return Ok(program);
+    }
     let mut filters: HashMap<String, BpfProgram> = match seccomp_policies::precompiled(&spec.json) {
         Some(built) => built
             .iter()
@@ -97,7 +107,7 @@ pub fn compile(spec: &SeccompSpec) -> Result<BpfProgram> {
 /// chain when that cannot be built (a filter of an unexpected shape, or too long a program).
 fn program(filters: Vec<BpfProgram>) -> BpfProgram {
     let mut program = abi_guard();
-    match dispatch::dispatched(&filters, GUARD_ARCH) {
+    match seccomp_policies::dispatch::dispatched(&filters, GUARD_ARCH) {
         Some(p) if program.len() + p.len() <= BPF_MAXINSNS => program.extend(p),
         _ => program.extend(chain(filters)),
     }
