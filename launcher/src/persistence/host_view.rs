@@ -96,7 +96,7 @@ pub struct HostView {
     followed: ByPath<Kind>,
     dirs: ByPath<Listing>,
     canonical: ByPath<Option<PathBuf>>,
-    lenient: ByPath<PathBuf>,
+    lenient: ByPath<Option<PathBuf>>,
 }
 
 fn lstat(p: &Path) -> Kind {
@@ -120,7 +120,7 @@ fn kind_of(t: std::fs::FileType) -> Kind {
 
 /// An absolute path with no `.`, `..`, doubled or trailing slash: its last component is what a
 /// lookup in its parent directory finds (`a/link/` would follow the link).
-fn plain(p: &Path) -> bool {
+pub(super) fn plain(p: &Path) -> bool {
     let b = p.as_os_str().as_bytes();
     b.len() > 1
         && b[0] == b'/'
@@ -131,7 +131,7 @@ fn plain(p: &Path) -> bool {
 }
 
 /// A plain path's directory and last name, by its bytes.
-fn split(p: &Path) -> Option<(&Path, &OsStr)> {
+pub(super) fn split(p: &Path) -> Option<(&Path, &OsStr)> {
     let b = p.as_os_str().as_bytes();
     let i = b.iter().rposition(|c| *c == b'/')?;
     let dir = if i == 0 { &b[..1] } else { &b[..i] };
@@ -220,8 +220,9 @@ impl HostView {
                 lstat(p)
             };
         }
-        if let Some(k) = self.kinds.get(p.as_os_str()) {
-            return *k;
+        // Kept, or in its directory's listing (nothing to keep then).
+        if let Some(k) = self.known(p) {
+            return k;
         }
         let k = self.look(p);
         self.kinds.insert(p.as_os_str().to_owned(), k);
@@ -257,17 +258,19 @@ impl HostView {
             .clone()
     }
 
-    /// `made(self)`, kept under `dir` for the pass: what the view says of `dir` does not change
-    /// within it (a plan names hundreds of paths in a handful of directories).
+    /// `made(self)` (what `dir` is named as), kept under `dir` for the pass: what the view says
+    /// of `dir` does not change within it (a plan names hundreds of paths in a handful of
+    /// directories). `None` when that is `dir` itself, as written.
     pub fn lenient_dir(
         &mut self,
         dir: &Path,
         made: impl FnOnce(&mut HostView) -> PathBuf,
-    ) -> PathBuf {
+    ) -> Option<PathBuf> {
         if let Some(p) = self.lenient.get(dir.as_os_str()) {
             return p.clone();
         }
         let p = made(self);
+        let p = (p.as_os_str() != dir.as_os_str()).then_some(p);
         self.lenient.insert(dir.as_os_str().to_owned(), p.clone());
         p
     }

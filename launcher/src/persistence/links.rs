@@ -4,7 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::host_view::{HostView, Kind};
+use super::host_view::{plain, split, HostView, Kind};
 
 /// `p` made canonical as far as it exists: the deepest existing ancestor resolved, the rest
 /// appended as written (`..` after a missing component taken lexically). What
@@ -75,10 +75,26 @@ fn lenient_by_prefixes(p: &Path) -> PathBuf {
 /// as it is: a symlink there stays the link, for [`chain`] to follow.
 pub fn named(view: &mut HostView, p: &Path) -> PathBuf {
     let p = lexically(p);
-    match (p.parent(), p.file_name()) {
-        (Some(dir), Some(name)) => view.lenient_dir(dir, |v| lenient(v, dir)).join(name),
-        _ => p,
+    named_elsewhere(view, &p).unwrap_or(p)
+}
+
+/// [`named`] when that is not `p` as written. Most names a plan asks are plain (a root joined
+/// with a table's literal) in a directory that is canonical already: nothing to make then.
+pub fn named_elsewhere(view: &mut HostView, p: &Path) -> Option<PathBuf> {
+    if let Some((dir, name)) = split(p).filter(|_| plain(p)) {
+        return view
+            .lenient_dir(dir, |v| lenient(v, dir))
+            .map(|d| d.join(name));
     }
+    let lex = lexically(p);
+    let there = match (lex.parent(), lex.file_name()) {
+        (Some(dir), Some(name)) => match view.lenient_dir(dir, |v| lenient(v, dir)) {
+            Some(d) => d.join(name),
+            None => lex.clone(),
+        },
+        _ => lex,
+    };
+    (there.as_path() != p).then_some(there)
 }
 
 /// `.` and `..` taken away as written, no symlink followed.
@@ -170,6 +186,28 @@ mod tests {
             let p = base.join(rel);
             assert_eq!(lenient(&mut view, &p), lenient_by_prefixes(&p), "{rel}");
         }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_missing_name_is_named_elsewhere_only_below_a_symlinked_directory() {
+        let base = std::env::temp_dir()
+            .canonicalize()
+            .unwrap()
+            .join(format!("sl-elsewhere-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("dotfiles/.config")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/.config", base.join(".config")).unwrap();
+        let view = &mut HostView::new();
+        assert_eq!(named_elsewhere(view, &base.join(".envrc")), None);
+        assert_eq!(named_elsewhere(view, &base.join("gone/x")), None);
+        assert_eq!(
+            named_elsewhere(view, &base.join(".config/git/config")),
+            Some(base.join("dotfiles/.config/git/config"))
+        );
+        let spelled = PathBuf::from(format!("{}/./.envrc", base.display()));
+        assert_eq!(named_elsewhere(view, &spelled), None);
+        assert_eq!(named(view, &spelled), base.join(".envrc"));
         std::fs::remove_dir_all(&base).unwrap();
     }
 

@@ -10,7 +10,7 @@ use shim::spec::{PersistSpec, ProtectRule};
 
 use super::git_paths;
 use super::host_view::{HostView, Kind};
-use super::links::{chain, named};
+use super::links::{chain, named, named_elsewhere};
 use super::{named_at_launch, table_rules};
 
 /// What the plan needs to know of the host.
@@ -116,8 +116,7 @@ pub fn plan(req: &Request<'_>) -> Protections {
                 // Missing below a symlinked directory (a stow-managed `~/.config ->
                 // dotfiles/.config`): it would be created where the link leads, which its own
                 // name must not reach either. (What exists is bound there already.)
-                let there = named(view, &p);
-                if there != p {
+                if let Some(there) = named_elsewhere(view, &p) {
                     let why = format!("{} is a protected path", p.display());
                     out.protect(view, &there, &why, &roots, false);
                 }
