@@ -42,8 +42,12 @@ pub enum Kind {
 /// Lookups of names in one directory before it is read as a whole: reading costs about seven
 /// system calls (open, statfs, flags, search probe, two reads, close).
 const LOOKUPS_BEFORE_READING: u32 = 4;
-/// A directory with more names than this is not kept: its names are looked up one by one.
-const MAX_NAMES: usize = 4096;
+/// A directory larger than this, by the size its filesystem gives it (ext4 allots a 4 KiB block
+/// per ~150 names, tmpfs 20 bytes a name, btrfs twice their lengths), costs more to read than
+/// the few dozen lookups it would spare: its names are looked up one by one.
+const MAX_DIR_BYTES: i64 = 16 * 1024;
+/// And past this many names, whatever its size said.
+const MAX_NAMES: usize = 1024;
 /// `FS_CASEFOLD_FL` (linux/fs.h): the directory matches names without regard to case.
 const FS_CASEFOLD_FL: libc::c_int = 0x4000_0000;
 
@@ -179,8 +183,12 @@ fn read(dir: &Path) -> Listing {
         Err(_) => return Listing::ByName,
     };
     // Readable is not searchable: `dir/.` is looked up as any name in it would be.
-    if !exact_names(&d) || nix::sys::stat::fstatat(&d, ".", AtFlags::AT_SYMLINK_NOFOLLOW).is_err() {
+    if !exact_names(&d) {
         return Listing::ByName;
+    }
+    match nix::sys::stat::fstatat(&d, ".", AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if st.st_size <= MAX_DIR_BYTES => {}
+        _ => return Listing::ByName,
     }
     let mut names = ByPath::default();
     for e in d.iter() {
@@ -437,6 +445,34 @@ mod tests {
         assert_eq!(view.followed(&b.join("link")), Kind::Dir);
         assert_eq!(view.followed(&b.join("dangling")), Kind::Missing);
         assert_eq!(view.kind(&b.join("dangling/x")), Kind::Missing);
+    }
+
+    #[test]
+    fn a_large_directory_is_looked_into_name_by_name() {
+        let t = tmp("large");
+        for i in 0..1200 {
+            std::fs::write(t.0.join(format!("a-rather-long-file-name-{i:05}")), "").unwrap();
+        }
+        std::os::unix::fs::symlink("x", t.0.join(".envrc")).unwrap();
+        agrees(
+            &t.0,
+            &[
+                "a",
+                "b",
+                "c",
+                "d",
+                "e",
+                ".envrc",
+                "a-rather-long-file-name-00007",
+            ],
+        );
+        let mut view = HostView::new();
+        view.expect(&["a", "b", "c", "d", "e", "f"].map(|n| t.0.join(n)));
+        assert!(matches!(
+            view.dirs.get(t.0.as_os_str()),
+            Some(Listing::ByName)
+        ));
+        assert_eq!(view.kind(&t.0.join(".envrc")), Kind::Symlink);
     }
 
     #[test]
