@@ -149,16 +149,17 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
         None
     };
     seccomp::install(&filter).map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
-    let guard_thread = guard_thread.map(|t| t.ready()).transpose()?;
     for text in warnings {
         send(sync, &FromShim::Warning { text })?;
     }
-    let facts = verify::verify(
-        &spec,
-        landlock,
-        transparent,
-        guard_thread.as_ref().map(|t| t.tid()),
-    )?;
+    // Init's own checks run while the guard's thread installs its filter; the thread is checked
+    // once it says it is ready.
+    let mut facts = verify::verify(&spec, landlock, transparent)?;
+    let guard_thread = guard_thread.map(|t| t.ready()).transpose()?;
+    facts.guard_thread = guard_thread
+        .as_ref()
+        .map(|t| verify::verify_guard_thread(t.tid()))
+        .transpose()?;
     let facts = serde_json::to_value(&facts).at(Step::Internal)?;
     send(sync, &FromShim::Verified { facts })?;
     let Some(forked) = forked else {

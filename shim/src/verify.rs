@@ -72,8 +72,7 @@ struct Status {
 }
 
 fn read_status(path: &str) -> Result<Status, StepError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read {path}: {e}")))?;
+    let text = read_proc(path).map_err(|e| fail(format!("cannot read {path}: {e}")))?;
     let field = |name: &str| -> Option<&str> {
         text.lines()
             .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
@@ -95,6 +94,15 @@ fn read_status(path: &str) -> Result<Status, StepError> {
             ambient: hex("CapAmb")?,
         },
     })
+}
+
+/// A /proc file in one read where it fits (`read_to_string` starts with a 32-byte probe and
+/// doubles: eight reads, each resuming the kernel's text generation, for a mountinfo).
+fn read_proc(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::with_capacity(32 << 10);
+    std::fs::File::open(path)?.read_to_end(&mut bytes)?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 fn cpath(p: &Path) -> CString {
@@ -129,7 +137,7 @@ fn landlock_probe(facts: &LandlockFacts) -> Result<String, StepError> {
 }
 
 fn interfaces() -> Result<Vec<String>, StepError> {
-    let text = std::fs::read_to_string("/proc/self/net/dev")
+    let text = read_proc("/proc/self/net/dev")
         .map_err(|e| fail(format!("cannot read /proc/self/net/dev: {e}")))?;
     Ok(text
         .lines()
@@ -160,7 +168,7 @@ fn external_connect() -> Result<Result<std::net::SocketAddr, Errno>, StepError> 
 
 /// Whether anything of the staging root or the old root is still mounted.
 fn old_root_reachable() -> Result<bool, StepError> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
+    let text = read_proc("/proc/self/mountinfo")
         .map_err(|e| fail(format!("cannot read /proc/self/mountinfo: {e}")))?;
     let mut roots = 0;
     for line in text.lines() {
@@ -216,13 +224,12 @@ fn unwritable(dir: &Path) -> Result<(), StepError> {
 }
 
 /// `transparent`: the shim routed outbound traffic into `lo` for the redirect (transparent
-/// egress); otherwise there must be no route out at all.
-/// `guard_thread`: the tid of the create guard's thread of init, if it runs.
+/// egress); otherwise there must be no route out at all. The create guard's thread, which sets
+/// itself up meanwhile, is checked on its own ([`verify_guard_thread`], into `guard_thread`).
 pub fn verify(
     spec: &SandboxSpec,
     landlock: LandlockFacts,
     transparent: bool,
-    guard_thread: Option<libc::pid_t>,
 ) -> Result<Facts, StepError> {
     let status = read_status("/proc/self/status")?;
     if status.seccomp != 2 {
@@ -300,7 +307,7 @@ pub fn verify(
     for d in &spec.verify_unwritable_dirs {
         unwritable(d)?;
     }
-    let oom_score_adj = std::fs::read_to_string("/proc/self/oom_score_adj")
+    let oom_score_adj = read_proc("/proc/self/oom_score_adj")
         .ok()
         .and_then(|s| s.trim().parse().ok());
     if oom_score_adj != Some(spec.limits.oom_score_adj) {
@@ -310,7 +317,6 @@ pub fn verify(
         )));
     }
     let oom_score_adj = spec.limits.oom_score_adj;
-    let guard_thread = guard_thread.map(verify_guard_thread).transpose()?;
     Ok(Facts {
         seccomp_mode: status.seccomp,
         no_new_privs: status.nnp,
@@ -334,11 +340,12 @@ pub fn verify(
             .iter()
             .map(|p| p.display().to_string())
             .collect(),
-        guard_thread,
+        guard_thread: None,
     })
 }
 
-fn verify_guard_thread(tid: libc::pid_t) -> Result<GuardThreadFacts, StepError> {
+/// The create guard's thread of init (`tid`), once its filter is in place.
+pub fn verify_guard_thread(tid: libc::pid_t) -> Result<GuardThreadFacts, StepError> {
     let status = read_status(&format!("/proc/self/task/{tid}/status"))?;
     if status.seccomp != 2 || !status.nnp {
         return Err(fail(format!(
