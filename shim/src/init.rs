@@ -3,7 +3,7 @@
 //! (128+N when it died of signal N).
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -86,13 +86,7 @@ pub struct GuardSetup<'a> {
     pub init_sock: OwnedFd,
 }
 
-/// Why the child did not exec: written as two i32s on the status pipe.
-const FAILED_EXEC: i32 = 1;
-const FAILED_GUARD: i32 = 2;
-/// setrlimit failed; the index of the limit is in the bits above the low byte.
-const FAILED_RLIMIT: i32 = 3;
-const FAILED_SECCOMP: i32 = 4;
-const FAILED_CAPS: i32 = 5;
+use crate::target::{self, FAILED_CAPS, FAILED_EXEC, FAILED_GUARD, FAILED_RLIMIT, FAILED_SECCOMP};
 
 /// The target, forked but held before its exec: it waits for [`Forked::start`]. It is forked
 /// early — before init starts the create guard's thread (so the program is PID 2) and before
@@ -100,7 +94,7 @@ const FAILED_CAPS: i32 = 5;
 /// drops its capabilities and installs both filters at once, while init builds and verifies the
 /// rest; only then does it wait for init's go.
 pub struct Forked<'a> {
-    pid: libc::pid_t,
+    spawned: target::Spawned<'a>,
     path: &'a Path,
     rlimits: &'a [Rlimit],
     go: OwnedFd,
@@ -108,56 +102,44 @@ pub struct Forked<'a> {
     guard: Option<GuardSetup<'a>>,
 }
 
-/// Fork the target; it runs nothing of its own until [`Forked::start`]. `policy` is the seccomp
-/// program it installs for itself; `guard`, the create guard's.
+/// Start the target; it runs nothing of its own until [`Forked::start`]. `policy` is the
+/// seccomp program it installs for itself; `guard`, the create guard's.
 pub fn fork_target<'a>(
     path: &'a Path,
     argv: &[String],
     env: &[(String, String)],
     rlimits: &'a [Rlimit],
-    policy: &[libc::sock_filter],
+    policy: &'a [libc::sock_filter],
     guard: Option<GuardSetup<'a>>,
 ) -> Result<Forked<'a>, StepError> {
-    let c_path = CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+    let failed =
+        |what: &str, e: std::io::Error| StepError::new(Step::Exec, format!("{what} => {e}"), None);
     let c_argv = cstrings(argv.iter().cloned());
     let c_env = cstrings(env.iter().map(|(k, v)| format!("{k}={v}")));
-    let argv_p = ptrs(&c_argv);
-    let env_p = ptrs(&c_env);
     let pipe = || {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| StepError::new(Step::Exec, format!("pipe2 => {e}"), None))
     };
     let (status_rd, status_wr) = pipe()?;
     let (go_rd, go_wr) = pipe()?;
-    // SAFETY: the shim is single-threaded here; the child only makes async-signal-safe calls
-    // (sigprocmask, signal, read, capset, prctl, seccomp, sendmsg, execve, write, _exit) on
-    // memory prepared before the fork.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(StepError::new(
-            Step::Exec,
-            format!("fork => {}", Errno::last()),
-            None,
-        ));
-    }
-    if pid == 0 {
-        let g = guard.as_ref().map(|g| (g.prog, g.child_sock.as_raw_fd()));
-        let child = Child {
-            path: &c_path,
-            argv: &argv_p,
-            env: &env_p,
-            go: go_rd.as_raw_fd(),
-            status: status_wr.as_raw_fd(),
-            rlimits,
-            policy,
-            guard: g,
-        };
-        // SAFETY: see above; this is the child.
-        unsafe { child.exec() }
-    }
+    let child = target::Child {
+        path: CString::new(path.as_os_str().as_bytes()).unwrap_or_default(),
+        argv_p: ptrs(&c_argv),
+        env_p: ptrs(&c_env),
+        argv: c_argv,
+        env: c_env,
+        go: go_rd.as_raw_fd(),
+        status: status_wr.as_raw_fd(),
+        rlimits,
+        policy,
+        guard: guard.as_ref().map(|g| (g.prog, g.child_sock.as_raw_fd())),
+        helper_stack: target::Stack::new().map_err(|e| failed("mmap", e))?,
+    };
+    let spawned = target::spawn(child).map_err(|e| failed("clone", e))?;
+    // The child has its own copies of the descriptors (no CLONE_FILES).
     drop((status_wr, go_rd));
     Ok(Forked {
-        pid,
+        spawned,
         path,
         rlimits,
         go: go_wr,
@@ -167,17 +149,19 @@ pub fn fork_target<'a>(
 }
 
 impl Forked<'_> {
-    /// Let the target go on to its exec. Returns its pid once the exec has succeeded, and the create guard's listener when one was asked for; any failure
-    /// before the exec is reported as an error (the target never ran).
+    /// Let the target go on to its exec. Returns its pid once the exec has succeeded, and the
+    /// create guard's listener when one was asked for; any failure before the exec is reported
+    /// as an error (the target never ran).
     pub fn start(self) -> Result<(libc::pid_t, Option<crate::create_guard::Listener>), StepError> {
         let Forked {
-            pid,
+            mut spawned,
             path,
             rlimits,
             go,
             status,
             guard,
         } = self;
+        let pid = spawned.pid;
         let guard_wanted = guard.is_some();
         let _ = nix::unistd::write(&go, b"g");
         drop(go);
@@ -212,6 +196,7 @@ impl Forked<'_> {
             // Reap the child that failed to exec.
             // SAFETY: waitpid on our own child.
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            spawned.released();
             if kind & 0xff == FAILED_RLIMIT {
                 let r = rlimits.get((kind >> 8) as usize).copied();
                 return Err(StepError::new(
@@ -225,12 +210,15 @@ impl Forked<'_> {
         if n != 8 && guard_wanted && listener.is_none() {
             // SAFETY: reaping our own child, killed above before its exec.
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            spawned.released();
             return Err(StepError::new(
                 Step::Seccomp,
                 "cannot install the create guard: the target ended before handing over its listener",
                 None,
             ));
         }
+        // EOF on the status pipe: the exec closed it; the child's memory is its own.
+        spawned.released();
         Ok((pid, listener))
     }
 }
@@ -275,138 +263,6 @@ fn failure(kind: i32, errno: Errno, path: &Path, got_listener: bool) -> StepErro
             })
         }
     }
-}
-
-/// The forked child's part, all prepared before the fork.
-struct Child<'a> {
-    path: &'a CString,
-    argv: &'a [*const libc::c_char],
-    env: &'a [*const libc::c_char],
-    go: RawFd,
-    status: RawFd,
-    rlimits: &'a [Rlimit],
-    policy: &'a [libc::sock_filter],
-    guard: Option<(&'a [libc::sock_filter], RawFd)>,
-}
-
-impl Child<'_> {
-    fn fail(&self, kind: i32, errno: i32) -> ! {
-        let mut bytes = [0u8; 8];
-        bytes[..4].copy_from_slice(&kind.to_ne_bytes());
-        bytes[4..].copy_from_slice(&errno.to_ne_bytes());
-        // SAFETY: writing a local buffer to our own pipe, then exiting.
-        unsafe {
-            libc::write(self.status, bytes.as_ptr().cast(), bytes.len());
-            libc::_exit(127);
-        }
-    }
-
-    /// Restore default signal handling, drop the capability init's guard thread keeps, install
-    /// the policy's filter and the guard's (handing the guard's listener to init), wait for
-    /// init's go, and exec. Never returns.
-    ///
-    /// The filters go in before the go, in parallel with init's own setup: nothing the child
-    /// does before its exec needs more than they allow (reads of the go and ack pipes,
-    /// setrlimit, execve), and a failure is reported on the status pipe all the same — init
-    /// reads it when it would have let the child go, and the program never runs.
-    ///
-    /// # Safety
-    /// Must only be called in a freshly forked child of a single-threaded process.
-    unsafe fn exec(&self) -> ! {
-        // Handlers set by the Rust runtime (SIGPIPE ignored) must not leak into the target.
-        for sig in 1..libc::SIGRTMIN() {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-        }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        if let Err(errno) = drop_all_capabilities() {
-            self.fail(FAILED_CAPS, errno);
-        }
-        if let Err(errno) = install_filter(self.policy) {
-            self.fail(FAILED_SECCOMP, errno);
-        }
-        if let Some((prog, sock)) = self.guard {
-            if let Err(errno) = crate::create_guard::install_in_child(prog, sock) {
-                self.fail(FAILED_GUARD, errno);
-            }
-        }
-        // Init builds and verifies the rest of the sandbox meanwhile (EOF: it failed).
-        let mut go = [0u8; 1];
-        if libc::read(self.go, go.as_mut_ptr().cast(), 1) != 1 {
-            libc::_exit(127);
-        }
-        if let Some((_, sock)) = self.guard {
-            // Exec only once init holds the listener (EOF: init is gone).
-            let mut ack = [0u8; 1];
-            if libc::read(sock, ack.as_mut_ptr().cast(), 1) != 1 {
-                libc::_exit(127);
-            }
-            libc::close(sock);
-        }
-        // Last, so nothing of the above runs under the program's limits.
-        for (i, r) in self.rlimits.iter().enumerate() {
-            let lim = libc::rlimit {
-                rlim_cur: r.soft,
-                rlim_max: r.hard,
-            };
-            if libc::setrlimit(r.resource, &lim) != 0 {
-                self.fail(FAILED_RLIMIT | ((i as i32) << 8), *libc::__errno_location());
-            }
-        }
-        libc::execve(self.path.as_ptr(), self.argv.as_ptr(), self.env.as_ptr());
-        self.fail(FAILED_EXEC, *libc::__errno_location());
-    }
-}
-
-/// Empty every capability set of the calling thread (raw capset: async-signal-safe), and check
-/// that they are.
-///
-/// # Safety
-/// Plain syscalls on local memory.
-unsafe fn drop_all_capabilities() -> Result<(), i32> {
-    // linux/capability.h: _LINUX_CAPABILITY_VERSION_3 takes two data structs of three u32s
-    // (effective, permitted, inheritable).
-    const VERSION_3: u32 = 0x2008_0522;
-    let mut header: [u32; 2] = [VERSION_3, 0];
-    let zero = [0u32; 6];
-    if libc::syscall(libc::SYS_capset, header.as_mut_ptr(), zero.as_ptr()) != 0 {
-        return Err(*libc::__errno_location());
-    }
-    let mut now = [0u32; 6];
-    if libc::syscall(libc::SYS_capget, header.as_mut_ptr(), now.as_mut_ptr()) != 0 {
-        return Err(*libc::__errno_location());
-    }
-    if now != zero {
-        return Err(libc::EPERM);
-    }
-    Ok(())
-}
-
-/// Install `prog` (no_new_privs is set already) and check that the process is in filter mode.
-///
-/// # Safety
-/// Plain syscalls on memory that outlives them.
-unsafe fn install_filter(prog: &[libc::sock_filter]) -> Result<(), i32> {
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr() as *mut libc::sock_filter,
-    };
-    if libc::syscall(
-        libc::SYS_seccomp,
-        libc::SECCOMP_SET_MODE_FILTER,
-        0,
-        &fprog as *const libc::sock_fprog,
-    ) != 0
-    {
-        return Err(*libc::__errno_location());
-    }
-    if libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) != 2 {
-        return Err(libc::EPERM);
-    }
-    Ok(())
 }
 
 /// The exit code for a wait status: the code, or 128+N for a signal.

@@ -18,5 +18,6 @@ pub mod seccomp;
 pub mod spec;
 pub mod sys;
 pub mod sys_at;
+pub mod target;
 pub mod verify;
 pub mod worktree_mount;
