@@ -27,9 +27,12 @@ IS_ROOT = os.geteuid() == 0
 WORK = f"{B}/work"
 HOME = f"{B}/home"
 BIG = f"{B}/tree-100k"
-for d in (WORK, HOME):
+# srt leaves a socket (srt-mux-PID-N.sock) in its TMPDIR per run: it gets one of its own here,
+# emptied at the end, rather than the host's /tmp.
+SRT_TMP = f"{B}/srt-tmp"
+for d in (WORK, HOME, SRT_TMP):
     os.makedirs(d, exist_ok=True)
-    os.chmod(d, 0o777)
+    os.chmod(d, 0o1777 if d == SRT_TMP else 0o777)
 with open(f"{B}/srt.json", "w") as f:
     json.dump({"network": {"allowedDomains": [], "deniedDomains": []},
                "filesystem": {"denyRead": [], "allowWrite": [WORK], "denyWrite": []}}, f)
@@ -39,6 +42,7 @@ def env_for_srt():
     e = dict(os.environ)
     e["PATH"] = f"{B}/srt/node_modules/.bin:" + e.get("PATH", "")
     e["HOME"] = HOME
+    e["TMPDIR"] = SRT_TMP
     return e
 
 # The runners: a prefix that runs a command in that sandbox. None = not available here.
@@ -284,6 +288,9 @@ def main():
         if name in SECTIONS:
             print(f"bench: {name}...", file=sys.stderr)
             run()
+    for left in os.listdir(SRT_TMP):
+        if left.startswith("srt-mux-") and left.endswith(".sock"):
+            os.unlink(os.path.join(SRT_TMP, left))
     # Others' load on a shared machine moves every row; the table says how much there was.
     print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine; "
           f"launch rows: {ROUNDS} interleaved rounds) "

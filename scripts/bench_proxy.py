@@ -42,7 +42,9 @@ def srt(script):
     with open(cfg, "w") as f:
         json.dump({"network": {"allowedDomains": ["localhost"], "deniedDomains": []},
                    "filesystem": {"denyRead": [], "allowWrite": [WORK], "denyWrite": []}}, f)
-    env = dict(os.environ, PATH=f"{B}/srt/node_modules/.bin:" + os.environ["PATH"], HOME=f"{B}/home")
+    # srt leaves its socket in TMPDIR: bench.py's directory for it, emptied when bench.py ends.
+    env = dict(os.environ, PATH=f"{B}/srt/node_modules/.bin:" + os.environ["PATH"], HOME=f"{B}/home",
+               TMPDIR=f"{B}/srt-tmp")
     p = subprocess.run([SRT, "-s", cfg, "sh", "-c", script], cwd=WORK, capture_output=True, text=True,
                        timeout=900, env=env)
     if p.returncode != 0:
