@@ -24,17 +24,18 @@ use std::collections::BTreeMap;
 use seccompiler::{sock_filter, BpfProgram};
 
 // Classic BPF opcodes (linux/bpf_common.h) and seccomp constants (linux/seccomp.h): stable
-// kernel ABI. (This file is also compiled into build.rs, so it names no crate but seccompiler.)
-const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-const BPF_JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
-const BPF_JMP_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-const BPF_JMP_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+// kernel ABI, and the shim's too (it builds the ABI guard and the plain chain with them).
+// (This file is also compiled into build.rs, so it names no crate but seccompiler.)
+pub const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+pub const BPF_JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
+pub const BPF_JMP_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+pub const BPF_JMP_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+pub const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+pub const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+pub const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 /// `offsetof(struct seccomp_data, nr)` and `offsetof(struct seccomp_data, arch)`.
-const SECCOMP_DATA_NR: u32 = 0;
-const SECCOMP_DATA_ARCH: u32 = 4;
+pub const SECCOMP_DATA_NR: u32 = 0;
+pub const SECCOMP_DATA_ARCH: u32 = 4;
 /// The audit arch of x86-64 (linux/audit.h).
 pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 
@@ -391,7 +392,8 @@ fn search(asm: &mut Asm, keys: &[(u32, Label)], default: Label) {
     search(asm, high, default);
 }
 
-fn stmt(code: u16, k: u32) -> sock_filter {
+/// An instruction without jumps.
+pub fn stmt(code: u16, k: u32) -> sock_filter {
     sock_filter {
         code,
         jt: 0,
@@ -400,6 +402,7 @@ fn stmt(code: u16, k: u32) -> sock_filter {
     }
 }
 
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+/// A conditional jump.
+pub fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }

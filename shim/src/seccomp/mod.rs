@@ -26,20 +26,12 @@ use crate::spec::SeccompSpec;
 /// The filter every policy must have; it runs first.
 const MAIN_FILTER: &str = "main";
 
-// Classic BPF opcodes (linux/bpf_common.h) and seccomp constants (linux/seccomp.h,
-// linux/audit.h): stable kernel ABI.
-const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-const BPF_JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
-const BPF_JMP_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-const BPF_JMP_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-/// `offsetof(struct seccomp_data, nr)` and `offsetof(struct seccomp_data, arch)`.
-const SECCOMP_DATA_NR: u32 = 0;
-const SECCOMP_DATA_ARCH: u32 = 4;
 #[cfg(target_arch = "x86_64")]
 use seccomp_policies::dispatch::AUDIT_ARCH_X86_64;
+use seccomp_policies::dispatch::{
+    jump, stmt, BPF_JMP_JA, BPF_JMP_JEQ_K, BPF_JMP_JGE_K, BPF_LD_W_ABS, BPF_RET_K,
+    SECCOMP_DATA_ARCH, SECCOMP_DATA_NR, SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS,
+};
 /// The audit arch [`abi_guard`] requires (every other is killed before the first filter).
 #[cfg(target_arch = "x86_64")]
 const GUARD_ARCH: Option<u32> = Some(AUDIT_ARCH_X86_64);
@@ -264,19 +256,6 @@ pub fn chain(filters: impl IntoIterator<Item = BpfProgram>) -> BpfProgram {
         out.extend(filter);
     }
     out
-}
-
-fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
 }
 
 #[cfg(test)]
