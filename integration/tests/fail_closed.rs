@@ -154,6 +154,30 @@ fn a_container_that_forbids_user_namespaces_is_refused_unless_root_can_do_withou
 }
 
 #[test]
+fn a_program_process_that_cannot_be_cloned_is_refused() {
+    // The program's process is a clone sharing init's memory (CLONE_VM), the first such clone
+    // of the launch here (the guard's thread comes after it; no id mapping is needed in a test
+    // directory). clone3 answers ENOSYS so that libc falls back to clone.
+    for caller in CALLERS {
+        let work = TempDir::new("noclonevm");
+        assert_runs(caller, &work, &[]);
+        let out = launch_under(
+            caller,
+            &work.path,
+            &[
+                "--deny-clone-flags",
+                "0x100=EAGAIN",
+                "--errno",
+                "clone3=ENOSYS",
+            ],
+            &[],
+        );
+        assert_refused(caller, &work, &out, 127, &["program's process", "clone"]);
+        assert!(stderr(&out).contains("pids"), "{}", explain(&out));
+    }
+}
+
+#[test]
 fn a_failing_id_mapping_is_refused() {
     // Unprivileged, the cloned child writes its own uid/gid maps (open with O_WRONLY|O_CLOEXEC
     // exactly, which nothing else in the launch uses); make those opens fail.

@@ -112,8 +112,16 @@ pub fn fork_target<'a>(
     policy: &'a [libc::sock_filter],
     guard: Option<GuardSetup<'a>>,
 ) -> Result<Forked<'a>, StepError> {
-    let failed =
-        |what: &str, e: std::io::Error| StepError::new(Step::Exec, format!("{what} => {e}"), None);
+    let failed = |what: &str, e: std::io::Error| {
+        StepError::new(
+            Step::Exec,
+            format!("cannot start the program's process: {what} => {e}"),
+            Some(
+                "the kernel refused a new process or its stack: check the process and memory \
+                 limits (--pids, --memory, ulimit -u, a container's pids limit)",
+            ),
+        )
+    };
     let c_argv = cstrings(argv.iter().cloned());
     let c_env = cstrings(env.iter().map(|(k, v)| format!("{k}={v}")));
     let pipe = || {
