@@ -86,7 +86,7 @@ pub struct GuardSetup<'a> {
     pub init_sock: OwnedFd,
 }
 
-use crate::target::{self, FAILED_CAPS, FAILED_EXEC, FAILED_GUARD, FAILED_RLIMIT, FAILED_SECCOMP};
+use crate::spawn::{self, FAILED_CAPS, FAILED_EXEC, FAILED_GUARD, FAILED_RLIMIT, FAILED_SECCOMP};
 
 /// The target, forked but held before its exec: it waits for [`Forked::start`]. It is forked
 /// early — before init starts the create guard's thread (so the program is PID 2) and before
@@ -94,7 +94,7 @@ use crate::target::{self, FAILED_CAPS, FAILED_EXEC, FAILED_GUARD, FAILED_RLIMIT,
 /// drops its capabilities and installs both filters at once, while init builds and verifies the
 /// rest; only then does it wait for init's go.
 pub struct Forked<'a> {
-    spawned: target::Spawned<'a>,
+    spawned: spawn::Spawned<'a>,
     path: &'a Path,
     rlimits: &'a [Rlimit],
     go: OwnedFd,
@@ -130,7 +130,7 @@ pub fn fork_target<'a>(
     };
     let (status_rd, status_wr) = pipe()?;
     let (go_rd, go_wr) = pipe()?;
-    let child = target::Child {
+    let child = spawn::Child {
         path: CString::new(path.as_os_str().as_bytes()).unwrap_or_default(),
         argv_p: ptrs(&c_argv),
         env_p: ptrs(&c_env),
@@ -141,9 +141,9 @@ pub fn fork_target<'a>(
         rlimits,
         policy,
         guard: guard.as_ref().map(|g| (g.prog, g.child_sock.as_raw_fd())),
-        helper_stack: target::Stack::new().map_err(|e| failed("mmap", e))?,
+        helper_stack: spawn::Stack::new().map_err(|e| failed("mmap", e))?,
     };
-    let spawned = target::spawn(child).map_err(|e| failed("clone", e))?;
+    let spawned = spawn::spawn(child).map_err(|e| failed("clone", e))?;
     // The child has its own copies of the descriptors (no CLONE_FILES).
     drop((status_wr, go_rd));
     Ok(Forked {

@@ -85,7 +85,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
     identity::drop_privileges(core_hard_limit(&spec), guarded)?;
     let landlock = landlock::restrict(&landlock_spec, &mut warnings)?;
 
-    // The target is started now (a clone into init's memory, see `crate::target`), held until
+    // The target is started now (a clone into init's memory, see `crate::spawn`), held until
     // everything is verified: it is PID 2, shares the privileges and the Landlock domain, and
     // installs the seccomp filters itself right away, while init goes on (see
     // `init::fork_target`). A probe (`doctor`) builds and verifies, and starts nothing.

@@ -9,14 +9,14 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use nix::errno::Errno;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
-use crate::target::{raw, Stack};
+use crate::spawn::{raw, Stack};
 
 /// In the target before its exec: install the guard and have the helper send its listener to
 /// init over `sock`. Returns the errno on failure. The target shares init's memory (see
-/// `crate::target`), and so does the helper, on `helper_stack`: raw syscalls only.
+/// `crate::spawn`), and so does the helper, on `helper_stack`: raw syscalls only.
 ///
 /// # Safety
-/// Call only in the child of `crate::target::spawn`, with a stack no one else uses.
+/// Call only in the child of `crate::spawn::spawn`, with a stack no one else uses.
 pub unsafe fn install_in_child(
     prog: &[libc::sock_filter],
     sock: RawFd,

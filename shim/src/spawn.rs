@@ -1,4 +1,4 @@
-//! The target between its clone and its exec.
+//! Starting the target: the program's process between its clone and its exec.
 //!
 //! It shares init's memory (CLONE_VM, as posix_spawn does): no page tables are copied for it
 //! and none are torn down at its exec — init's fork of itself and the exec of that copy were
