@@ -386,6 +386,21 @@ pub fn doctor_check(out: &Output, name: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no {name:?} check: {}", explain(out)))
 }
 
+/// Write `input` to the child's stdin and close it. A child that exits
+/// without reading (a refused launch, a usage error) closes the pipe first:
+/// that is an outcome the caller's assertions judge, not a test failure.
+pub fn feed_stdin(child: &mut std::process::Child, input: &[u8]) {
+    use std::io::Write;
+    let mut stdin = child.stdin.take().expect("stdin was piped");
+    if let Err(e) = stdin.write_all(input) {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing stdin: {e}"
+        );
+    }
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -10,7 +10,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use integration::login::{PrivateEtc, Sshd, TestUser};
-use integration::{explain, is_root, launcher, stdout, Caller, TempDir, CALLERS, NOBODY};
+use integration::{
+    explain, feed_stdin, is_root, launcher, stdout, Caller, TempDir, CALLERS, NOBODY,
+};
 
 /// Start the launcher as a login does (`argv[0]` is `-sandbox-launch`) with `$SHELL` naming it,
 /// feed `script` to the shell it starts and collect the output.
@@ -37,12 +39,7 @@ fn login_session(caller: Caller, home: &Path, script: &str) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start the login shell");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
+    feed_stdin(&mut child, script.as_bytes());
     child.wait_with_output().unwrap()
 }
 
@@ -98,12 +95,7 @@ fn without_an_argument_it_is_a_shell_only_where_shell_names_it() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(b"grep Seccomp: /proc/self/status\n")
-            .unwrap();
+        feed_stdin(&mut child, b"grep Seccomp: /proc/self/status\n");
         child.wait_with_output().unwrap()
     };
     let out = run(launcher());
@@ -127,12 +119,7 @@ fn su(etc: &PrivateEtc, user: &TestUser, args: &[&str], input: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    feed_stdin(&mut child, input.as_bytes());
     child.wait_with_output().unwrap()
 }
 
@@ -210,12 +197,7 @@ fn run(mut cmd: Command, input: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    feed_stdin(&mut child, input.as_bytes());
     let pid = child.id() as i32;
     let (done, finished) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {

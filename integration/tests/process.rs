@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration::{command, explain, inside_uid, sh, stderr, stdout, TempDir, CALLERS};
+use integration::{command, explain, feed_stdin, inside_uid, sh, stderr, stdout, TempDir, CALLERS};
 
 #[test]
 fn status_shows_seccomp_filter_no_new_privs_and_no_capabilities() {
@@ -393,7 +393,6 @@ fn per_command_runs_a_shell_command_in_the_same_sandbox() {
 
 #[test]
 fn as_a_login_shell_it_sandboxes_the_session_and_remote_commands() {
-    use std::io::Write;
     use std::os::unix::process::CommandExt;
     // `login` starts the shell as `-sandbox-launch`: an interactive login shell inside.
     let work = TempDir::new("login");
@@ -407,12 +406,10 @@ fn as_a_login_shell_it_sandboxes_the_session_and_remote_commands() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"echo session: $(hostname) $$; grep Seccomp: /proc/self/status\n")
-        .unwrap();
+    feed_stdin(
+        &mut child,
+        b"echo session: $(hostname) $$; grep Seccomp: /proc/self/status\n",
+    );
     let out = child.wait_with_output().unwrap();
     let text = stdout(&out);
     assert!(text.contains("session: sandbox 2"), "{}", explain(&out));
