@@ -216,6 +216,23 @@ fn a_failing_network_setup_is_refused() {
     }
 }
 
+/// The persistence protections are planned while the sandbox sets up its network and sent to
+/// it; when they cannot be sent (the launcher's send on the sync socket fails), nothing is
+/// mounted and the program never runs.
+#[test]
+fn persistence_protections_that_never_arrive_stop_the_launch() {
+    // sendmsg (46) with MSG_NOSIGNAL alone: the blocking sends on the sync socket (the
+    // launcher's plan, and the shim's report of its failure, which then ends with its exit
+    // code instead). Without a network there is nothing else to send before the mounts.
+    let fault = &["--errno-if-arg2", "46:16384=EIO"][..];
+    for caller in CALLERS {
+        let work = TempDir::new("nopersist");
+        assert_runs(caller, &work, &["--network", "none"]);
+        let out = launch_under(caller, &work.path, fault, &["--network", "none"]);
+        assert_refused(caller, &work, &out, 113, &["persistence protections"]);
+    }
+}
+
 #[test]
 fn a_failing_privilege_drop_is_refused() {
     for caller in CALLERS {

@@ -40,6 +40,37 @@ pub struct Prepared {
     pub holds_secrets: bool,
     /// The agents' state: what is merged back when the sandbox ends (`~/.claude.json`).
     pub agents: persistence::agents::AgentState,
+    /// Prepared with `defer_persistence`: the persistence plan of the writable roots, made
+    /// after the clone ([`Prepared::deferred_plan`]).
+    pub deferred_persistence: Option<layout::PersistInputs>,
+}
+
+impl Prepared {
+    /// The persistence plan left for after the clone, as a supervisor's deferred step: it
+    /// completes the spec's model (the mounts placed by name) and the agents' moved rules, and
+    /// leaves the protected paths missing at launch in `watch`.
+    pub fn deferred_plan<'a>(
+        &mut self,
+        agents: &'a persistence::agents::AgentState,
+        watch: &'a mut Vec<PathBuf>,
+    ) -> Option<supervisor::Deferred<'a>> {
+        let inputs = self.deferred_persistence.take()?;
+        let placed = self.spec.persist.clone();
+        Some(Box::new(move || {
+            let done = layout::complete(inputs.plan(), &placed, watch);
+            let mut persist = done.spec;
+            let moved = persistence::agents::moved_rules(agents, &persist.rules);
+            persist.rules.extend(moved);
+            *watch = done.missing;
+            supervisor::DeferredPlan {
+                message: shim::channel::ToShim::Persistence {
+                    binds: done.binds,
+                    persist,
+                },
+                warnings: done.warnings,
+            }
+        }))
+    }
 }
 
 fn policy_error(e: anyhow::Error) -> StepError {
@@ -234,6 +265,8 @@ fn op_target(op: &shim::spec::MountOp) -> &Path {
         | Worktree { target, .. }
         | Bind { target, .. }
         | Overlay { target, .. } => target,
+        // Binds inside the writable roots, whose own mounts come before them.
+        PersistenceBinds => Path::new("/"),
     }
 }
 
@@ -264,10 +297,13 @@ pub(crate) fn seccomp(policy: &Policy) -> Result<SeccompSpec, StepError> {
     }
 }
 
+/// Plan the launch. With `defer_persistence`, the persistence plan of the writable roots is
+/// left for after the clone (a supervisor's deferred step, [`Prepared::deferred_plan`]).
 pub fn prepare(
     args: &SandboxArgs,
     argv: Vec<String>,
     events: Arc<EventSink>,
+    defer_persistence: bool,
 ) -> Result<Prepared, StepError> {
     let (mut policy, cwd) = load_policy(args)?;
     let mut warnings = policy.warnings.clone();
@@ -357,9 +393,16 @@ pub fn prepare(
         ));
     }
     let ctx = host_context(cwd.clone());
-    let mut layout = layout::plan(&policy, &ctx).map_err(policy_error)?;
-    let moved = persistence::agents::moved_rules(&agents, &layout.persist.rules);
-    layout.persist.rules.extend(moved);
+    let mut layout = if defer_persistence {
+        layout::plan_deferring(&policy, &ctx)
+    } else {
+        layout::plan(&policy, &ctx)
+    }
+    .map_err(policy_error)?;
+    if layout.deferred_persistence.is_none() {
+        let moved = persistence::agents::moved_rules(&agents, &layout.persist.rules);
+        layout.persist.rules.extend(moved);
+    }
     if resolver_conf {
         proxy::launch::bind_resolv_conf(&mut layout.mounts, &mut layout.landlock);
     }
@@ -424,6 +467,7 @@ pub fn prepare(
         attached,
         holds_secrets: credentials.is_some(),
         agents,
+        deferred_persistence: layout.deferred_persistence,
     })
 }
 
@@ -597,7 +641,9 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         "id": registration.as_ref().map(|r| &r.id),
         "name": args.name,
     }));
-    let mut prepared = match prepare(args, argv.clone(), events.clone()) {
+    // The persistence plan is made after the clone, but for a worktree, whose start changes
+    // the guard's model (the checkout is not a writable tree there).
+    let mut prepared = match prepare(args, argv.clone(), events.clone(), !args.worktree) {
         Ok(p) => p,
         Err(e) => return supervisor::fail(&mut status, &e),
     };
@@ -632,8 +678,9 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
     let new_net = prepared.network != NetworkMode::Full;
-    let watch = prepared.unprotected_missing.clone();
+    let mut watch = prepared.unprotected_missing.clone();
     let agents = std::mem::take(&mut prepared.agents);
+    let deferred = prepared.deferred_plan(&agents, &mut watch);
     let limits = &prepared.policy.runtime.limits;
     let timeout = limits.timeout.as_ref().map(|t| t.value);
     let birth = match limits::make_cgroups(limits, &mut status, args.verbose) {
@@ -674,6 +721,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
             })
         }),
         prompts: fs_prompts,
+        deferred,
     });
     events.feed().finish(std::time::Duration::from_millis(500));
     drop(registration);

@@ -25,6 +25,17 @@ pub type OnListeners<'a> = Box<dyn FnOnce(Vec<OwnedFd>, bool) -> anyhow::Result<
 /// first use (the control socket).
 pub type OnSpawn<'a> = Box<dyn FnOnce(libc::pid_t) -> Option<OnDemand> + 'a>;
 
+/// Work the launcher does right after the clone, while the shim sets up its network: the
+/// persistence plan (see `sandbox::Prepared::deferred_plan`), sent to the shim, which waits for
+/// it before it mounts anything.
+pub type Deferred<'a> = Box<dyn FnOnce() -> DeferredPlan + 'a>;
+
+/// What a [`Deferred`] step gives: the message for the shim and what the user must be told.
+pub struct DeferredPlan {
+    pub message: channel::ToShim,
+    pub warnings: Vec<String>,
+}
+
 /// Work started on first use: the proxy's runtime and thread cost about half a millisecond of a
 /// launch, which a sandbox that never talks to the network does not need to pay. The kernel
 /// queues connections (and DNS datagrams) on the sockets until then.
@@ -66,6 +77,8 @@ pub struct Launch<'a> {
     pub on_spawn: Option<OnSpawn<'a>>,
     /// Where filesystem violations are prompted (`--prompts`).
     pub prompts: Option<Arc<Prompts>>,
+    /// Planned after the clone and sent to the shim.
+    pub deferred: Option<Deferred<'a>>,
 }
 
 /// Report a failure: one line on stderr and a JSON status; returns the exit code.
@@ -96,6 +109,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         timeout,
         on_spawn,
         prompts,
+        deferred,
     } = launch;
     let launch = Launch {
         spec,
@@ -109,6 +123,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         timeout,
         on_spawn,
         prompts,
+        deferred,
     };
     match drive(launch) {
         Ok(code) => code,
@@ -162,6 +177,26 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             .map(|_| shim_proc.pid),
     );
     let sync = shim_proc.sync.as_raw_fd();
+    let mut plan_unsent = None;
+    if let Some(plan) = launch.deferred.take() {
+        let plan = plan();
+        if let Err(e) = channel::send(sync, &plan.message, &[]) {
+            // EPIPE: the shim ended on its own, and its exit code says why.
+            let gone = e.root_cause().downcast_ref::<nix::errno::Errno>()
+                == Some(&nix::errno::Errno::EPIPE);
+            plan_unsent = (!gone).then(|| format!("{e:#}"));
+            // The shim failed before it wanted the plan (its reason is on the way), or it is
+            // gone. Either way it must not wait for it: it reads end-of-file, fails, and says
+            // so; the loop below reports whichever came first.
+            let _ = nix::sys::socket::shutdown(sync, nix::sys::socket::Shutdown::Write);
+        }
+        for text in plan.warnings {
+            eprintln!("sandbox-launch: warning: {text}");
+            launch
+                .status
+                .emit(json!({"status": "warning", "warning": text}));
+        }
+    }
     let mut on_demand: Vec<OnDemand> = launch
         .on_spawn
         .take()
@@ -174,6 +209,16 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             Ok(None) | Err(_) => {
                 // The shim went away without a word: it died before it could report.
                 let code = wait_exit(shim_proc.pid);
+                if let Some(e) = plan_unsent {
+                    return Err(StepError::new(
+                        Step::Mounts,
+                        format!(
+                            "the persistence protections could not be handed to the sandbox                              ({e}), so it was not built ({})",
+                            describe_exit(code)
+                        ),
+                        Some("run again with -v and report this"),
+                    ));
+                }
                 // Before the channel is up, the cloned child reports a failed step only by its
                 // exit code.
                 let step = (code >= 0)

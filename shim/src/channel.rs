@@ -56,6 +56,19 @@ pub enum FromShim {
     Exited { code: i32 },
 }
 
+/// Supervisor -> shim.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ToShim {
+    /// The persistence plan, made while the shim set up the network: the read-only binds that
+    /// take the place of [`crate::spec::MountOp::PersistenceBinds`], and the create guard's
+    /// whole model (it replaces the spec's).
+    Persistence {
+        binds: Vec<crate::spec::MountOp>,
+        persist: crate::spec::PersistSpec,
+    },
+}
+
 /// Why the sandbox could not be built.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {

@@ -315,6 +315,13 @@ fn apply(op: &MountOp, attach: &[Attach]) -> R<()> {
             // point in a tree of the host's (a `--bind` over /etc).
             placed::file_read_only(&src, target)
         }
+        // `run` replaces it with the binds the supervisor sent; one left here means they never
+        // came, and the sandbox is not built without them.
+        MountOp::PersistenceBinds => Err(StepError::new(
+            Step::Mounts,
+            "the persistence protections (read-only binds) never reached the sandbox",
+            Some("run again with -v and report this"),
+        )),
         MountOp::Mask { target, dir } => {
             let tgt = in_newroot(target);
             let src = if *dir { MASK_DIR } else { MASK_FILE };

@@ -28,7 +28,7 @@ pub fn main(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> ! {
     std::process::exit(code)
 }
 
-fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepError> {
+fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepError> {
     channel::set_cloexec(sync, true).at(Step::Internal)?;
     inherited_env::wipe().at(Step::Internal)?;
     // Die with the supervisor. Set again here: a change of credentials clears it.
@@ -46,6 +46,7 @@ fn run(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepEr
 
     set_hostname(&spec.hostname)?;
     let transparent = setup_network(sync, &spec)?;
+    receive_persistence(sync, &mut spec)?;
     mounts::build(&spec.mounts)?;
     // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
     // cannot start, which narrows nothing away: reported, not fatal.
@@ -301,4 +302,35 @@ fn close_stray_fds(sync: RawFd, preserve: &[RawFd]) -> std::io::Result<()> {
 /// For callers that need the failure as a value (tests).
 pub fn describe(failure: &Failure) -> String {
     StepError(failure.clone()).to_string()
+}
+
+/// A launch plans the persistence protections after the clone (they cost a few hundred
+/// microseconds of lookups on the host, which overlap the shim's network setup this way): wait
+/// for them where the plan holds their place. The binds go in that place; the create guard's
+/// model replaces the spec's. A supervisor gone or a message of another kind: nothing is built.
+fn receive_persistence(sync: RawFd, spec: &mut SandboxSpec) -> Result<(), StepError> {
+    let ops = &mut spec.mounts.ops;
+    let Some(at) = ops
+        .iter()
+        .position(|op| *op == crate::spec::MountOp::PersistenceBinds)
+    else {
+        return Ok(());
+    };
+    let failed = |why: String| {
+        StepError::new(
+            Step::Mounts,
+            format!("the persistence protections did not reach the sandbox: {why}"),
+            Some("run again with -v and report this"),
+        )
+    };
+    let (msg, _fds) = channel::recv::<channel::ToShim>(sync)
+        .map_err(|e| failed(format!("{e:#}")))?
+        .ok_or_else(|| failed("the supervisor is gone".into()))?;
+    let channel::ToShim::Persistence { binds, persist } = msg;
+    if binds.contains(&crate::spec::MountOp::PersistenceBinds) {
+        return Err(failed("the binds hold their own placeholder".into()));
+    }
+    ops.splice(at..=at, binds);
+    spec.persist = persist;
+    Ok(())
 }

@@ -71,7 +71,8 @@ fn visible_at(plan: &MountPlan, dir: &Path) -> Vec<PathBuf> {
             | MountOp::Worktree { target, .. }
             | MountOp::Mask { target, .. }
             | MountOp::File { target, .. } => seen.retain(|p| !p.starts_with(target)),
-            MountOp::Symlink { .. } => {}
+            // Binds of paths to themselves inside the writable roots: nothing moves.
+            MountOp::Symlink { .. } | MountOp::PersistenceBinds => {}
         }
     }
     seen

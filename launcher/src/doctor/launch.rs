@@ -18,8 +18,8 @@ pub fn launch(args: &SandboxArgs) -> Check {
         let failed = |e: shim::channel::StepError| {
             serde_json::to_string(&e.0).unwrap_or_else(|_| e.to_string())
         };
-        let prepared =
-            sandbox::prepare(args, Vec::new(), Arc::new(EventSink::none())).map_err(failed)?;
+        let prepared = sandbox::prepare(args, Vec::new(), Arc::new(EventSink::none()), false)
+            .map_err(failed)?;
         let mut spec = prepared.spec;
         spec.probe_only = true;
         let mut status = StatusSink::default();
@@ -41,6 +41,7 @@ pub fn launch(args: &SandboxArgs) -> Check {
             timeout: None,
             on_spawn: None,
             prompts: None,
+            deferred: None,
         });
         if let Some(c) = birth.cgroups {
             crate::limits::finish_cgroups(c, &mut status);

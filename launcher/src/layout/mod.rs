@@ -10,8 +10,11 @@
 
 mod landlock;
 mod mounts;
+mod persist_plan;
 pub mod placed;
 mod placed_persist;
+
+pub use persist_plan::{complete, Completed, PersistInputs};
 
 use std::path::{Component, Path, PathBuf};
 
@@ -52,6 +55,10 @@ pub struct Layout {
     pub placed_writable: Vec<(PathBuf, PathBuf)>,
     /// Every mount placed by name, resolved, in the order they are made (for `check`).
     pub placed: Vec<placed::Placed>,
+    /// Planned with [`plan_deferring`]: the persistence plan of the writable roots, still to
+    /// be made (`persist`, `unprotected_missing` and `protections` hold only the mounts placed
+    /// by name until then; see `persist_plan`).
+    pub deferred_persistence: Option<PersistInputs>,
 }
 
 fn depth(p: &Path) -> usize {
@@ -89,6 +96,8 @@ fn root_symlinks() -> Vec<(PathBuf, PathBuf)> {
 struct Planner<'a> {
     policy: &'a Policy,
     ctx: &'a HostContext,
+    /// Leave the persistence plan of the writable roots for after the clone.
+    defer_persistence: bool,
     hard: bool,
     out: Layout,
     rw: Vec<PathBuf>,
@@ -107,9 +116,20 @@ struct Planner<'a> {
 }
 
 pub fn plan(policy: &Policy, ctx: &HostContext) -> Result<Layout> {
+    plan_with(policy, ctx, false)
+}
+
+/// As [`plan`], with the persistence plan of the writable roots left for later: its place in
+/// the mounts is held and `deferred_persistence` says what to plan (see `persist_plan`).
+pub fn plan_deferring(policy: &Policy, ctx: &HostContext) -> Result<Layout> {
+    plan_with(policy, ctx, true)
+}
+
+fn plan_with(policy: &Policy, ctx: &HostContext, defer_persistence: bool) -> Result<Layout> {
     let mut p = Planner {
         policy,
         ctx,
+        defer_persistence,
         hard: policy.landlock == LandlockCompat::HardRequirement,
         out: Layout::default(),
         rw: Vec::new(),

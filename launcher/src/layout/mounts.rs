@@ -145,27 +145,8 @@ impl Planner<'_> {
         }
 
         // What would run on the host later, per writable root: the guard's rules, and for what
-        // exists at launch read-only binds.
-        let prot = crate::persistence::plan::plan(&crate::persistence::plan::Request {
-            roots: &self.all_rw,
-            explicit: &self.explicit_rw,
-            deny_write: &self.deny_write_asked,
-            home: self.ctx.home.as_deref(),
-            cwd: &self.ctx.cwd,
-            path_var: self.ctx.path_var.as_deref(),
-        });
-        let shown: Vec<PathBuf> = prot
-            .read_only
-            .iter()
-            .filter(|p| !self.under_placed(p))
-            .cloned()
-            .collect();
-        ops.extend(crate::persistence::binds::mounts(&shown, &rw));
-        self.out.warnings.extend(prot.overrides.iter().cloned());
-        self.out.unprotected_missing = prot.missing.clone();
-        self.out.persist = prot.spec.clone();
-        self.out.persist.roots.retain(|p| !skip_special(p));
-        self.out.protections = prot;
+        // exists at launch read-only binds (planned now, or after the clone).
+        self.emit_persistence(&mut ops, &rw);
         ops.extend(self.protect_placed());
 
         // Masks last: deny read beats everything.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use shim::spec::{MountOp, PersistSpec, ProtectRule};
 
+use super::persist_plan::add;
 use super::placed::Placed;
 use super::Planner;
 use crate::persistence::plan::{self as persist, Shown};
@@ -45,14 +46,6 @@ fn move_op(m: &Placed, op: MountOp) -> MountOp {
             source,
         },
         other => other,
-    }
-}
-
-fn add<T: PartialEq>(to: &mut Vec<T>, from: Vec<T>) {
-    for v in from {
-        if !to.contains(&v) {
-            to.push(v);
-        }
     }
 }
 
