@@ -1,6 +1,10 @@
 //! The mount namespace and Landlock, tried from inside: every denial next to its allowed twin.
 
-use integration::{explain, sh, stdout, TempDir, CALLERS};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::Stdio;
+
+use integration::{explain, sh, stdout, Caller, TempDir, CALLERS};
 
 #[test]
 fn write_outside_writable_roots_fails_and_inside_succeeds() {
@@ -484,5 +488,78 @@ PY"#,
             );
         }
         assert!(!text.contains("ESCAPED"), "{caller:?}: {}", explain(&out));
+    }
+}
+
+/// Start `sh -c 'read line'` in the sandbox with `-v`, and once the launcher says it verified
+/// the sandbox (its look at the protected paths is taken before), run `meanwhile` on the host,
+/// then let the program end. The launcher's stderr, whole.
+fn while_the_program_waits(caller: Caller, work: &Path, meanwhile: impl FnOnce()) -> String {
+    let mut child = integration::command(
+        caller,
+        work,
+        &[
+            "whole-process",
+            "-v",
+            "--",
+            "/bin/sh",
+            "-c",
+            "read line; echo went-on",
+        ],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("start sandbox-launch");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("sandbox-launch: verified:") {
+        if err.read_line(&mut seen).unwrap() == 0 {
+            break;
+        }
+    }
+    meanwhile();
+    integration::feed_stdin(&mut child, b"go\n");
+    err.read_to_string(&mut seen).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && stdout(&out).contains("went-on"),
+        "{caller:?}: {}\n{seen}",
+        explain(&out)
+    );
+    seen
+}
+
+#[test]
+fn a_protected_path_that_appears_during_the_run_is_reported_at_the_end() {
+    // The second line behind the guard, for what appears by a route the guard does not see (a
+    // host process): `.cursor/mcp.json`, two levels below the nearest directory that exists.
+    // The directories above the protected paths were made over two seconds before the launch,
+    // so they are stamped and only looked into when changed. Its twin: nothing appears,
+    // nothing is reported.
+    let dirs: Vec<(Caller, TempDir, TempDir)> = CALLERS
+        .iter()
+        .map(|c| {
+            let made = TempDir::new_in("/var/tmp", "appears");
+            let twin = TempDir::new_in("/var/tmp", "appears-not");
+            (*c, made, twin)
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    for (caller, made, twin) in &dirs {
+        let err = while_the_program_waits(*caller, &made.path, || {
+            made.write(".cursor/mcp.json", "{\"mcpServers\": {}}\n");
+        });
+        let want = format!(
+            "{} was created inside the sandbox",
+            made.join(".cursor/mcp.json").display()
+        );
+        assert!(err.contains(&want), "{caller:?}: {want}:\n{err}");
+        let err = while_the_program_waits(*caller, &twin.path, || {});
+        assert!(
+            !err.contains("was created inside the sandbox"),
+            "{caller:?}:\n{err}"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! From the command line to a running sandbox: load the policy, plan the layout, pick the
 //! identity and the seccomp filter, then hand over to the supervisor.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -52,16 +53,16 @@ impl Prepared {
     pub fn deferred_plan<'a>(
         &mut self,
         agents: &'a persistence::agents::AgentState,
-        watch: &'a mut Vec<PathBuf>,
+        watch: &'a RefCell<persistence::watch::Watch>,
     ) -> Option<supervisor::Deferred<'a>> {
         let inputs = self.deferred_persistence.take()?;
         let placed = self.spec.persist.clone();
         Some(Box::new(move || {
-            let done = layout::complete(inputs.plan(), &placed, watch);
+            let done = layout::complete(inputs.plan(), &placed, watch.borrow().paths());
             let mut persist = done.spec;
             let moved = persistence::agents::moved_rules(agents, &persist.rules);
             persist.rules.extend(moved);
-            *watch = done.missing;
+            *watch.borrow_mut() = persistence::watch::Watch::new(done.missing);
             supervisor::DeferredPlan {
                 message: shim::channel::ToShim::Persistence {
                     binds: done.binds,
@@ -678,9 +679,12 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
     let new_net = prepared.network != NetworkMode::Full;
-    let mut watch = prepared.unprotected_missing.clone();
+    // Filled by the deferred plan, stamped once that has gone to the shim (`on_spawn`).
+    let watch = RefCell::new(persistence::watch::Watch::new(
+        prepared.unprotected_missing.clone(),
+    ));
     let agents = std::mem::take(&mut prepared.agents);
-    let deferred = prepared.deferred_plan(&agents, &mut watch);
+    let deferred = prepared.deferred_plan(&agents, &watch);
     let limits = &prepared.policy.runtime.limits;
     let timeout = limits.timeout.as_ref().map(|t| t.value);
     let birth = match limits::make_cgroups(limits, &mut status, args.verbose) {
@@ -714,12 +718,13 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         }),
         around_clone: Some(&birth),
         timeout,
-        on_spawn: live.map(|(listener, watcher, live)| -> supervisor::OnSpawn<'_> {
-            Box::new(move |pid| {
-                live.set_shim(pid);
-                control::on_demand(listener, watcher, live)
-            })
-        }),
+        on_spawn: Some(Box::new(|pid| {
+            // While the shim sets the sandbox up.
+            watch.borrow_mut().stamp();
+            let (listener, watcher, live) = live?;
+            live.set_shim(pid);
+            control::on_demand(listener, watcher, live)
+        })),
         prompts: fs_prompts,
         deferred,
     });
@@ -731,7 +736,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     if let Some(w) = worktree {
         crate::worktree::launch::finish(w, code);
     }
-    report_created(&watch, &mut status);
+    report_created(&watch.into_inner(), &mut status);
     merge_agent_state(&agents, &mut status);
     if args.verbose > 0 {
         if let Some(line) = events.feed().tally().summary() {
@@ -812,19 +817,14 @@ pub(crate) fn sinks(args: &SandboxArgs) -> anyhow::Result<(StatusSink, Arc<Event
 /// Should a protected path that did not exist at launch appear anyway (the create guard
 /// refuses them; this is the second line), say so loudly: such files run code outside the
 /// sandbox later (direnv, editor tasks, agent configuration).
-fn report_created(watch: &[PathBuf], status: &mut StatusSink) {
-    // A fresh view: what is there now, each directory asked about read once.
-    let mut view = persistence::host_view::HostView::new();
-    view.expect(watch);
-    for p in watch {
-        if view.kind(p) != persistence::host_view::Kind::Missing {
-            let text = format!(
-                "{} was created inside the sandbox; it is a protected path (it can run code \
-                 outside the sandbox later): review it before trusting this directory",
-                p.display()
-            );
-            eprintln!("sandbox-launch: warning: {text}");
-            status.emit(json!({"status": "warning", "warning": text, "created": p}));
-        }
+fn report_created(watch: &persistence::watch::Watch, status: &mut StatusSink) {
+    for p in watch.appeared() {
+        let text = format!(
+            "{} was created inside the sandbox; it is a protected path (it can run code \
+             outside the sandbox later): review it before trusting this directory",
+            p.display()
+        );
+        eprintln!("sandbox-launch: warning: {text}");
+        status.emit(json!({"status": "warning", "warning": text, "created": p}));
     }
 }

@@ -10,6 +10,7 @@ pub mod host_view;
 mod links;
 pub mod plan;
 pub mod table;
+pub mod watch;
 
 use std::path::{Component, Path, PathBuf};
 
