@@ -29,6 +29,14 @@ type R<T> = Result<T, StepError>;
 
 /// Build the whole filesystem view and enter it. On return, `/` is the sandbox root.
 pub fn build(plan: &MountPlan) -> R<()> {
+    build_base(plan)?;
+    build_ops(plan)
+}
+
+/// The part of [`build`] that depends on no path of the plan: the staging root, the root
+/// filesystem (the host's, read-only, or an empty tmpfs), `/proc` and `/dev`. A launch builds
+/// it while the supervisor is still planning the persistence binds.
+pub fn build_base(plan: &MountPlan) -> R<()> {
     sys::mount(
         None,
         Path::new("/"),
@@ -65,7 +73,12 @@ pub fn build(plan: &MountPlan) -> R<()> {
         .at(Step::Mounts)?;
     }
     mount_proc()?;
-    mount_dev(plan.shm_size)?;
+    mount_dev(plan.shm_size)
+}
+
+/// The rest of [`build`], after [`build_base`]: the plan's mounts in order, then the pivot
+/// into the new root.
+pub fn build_ops(plan: &MountPlan) -> R<()> {
     for op in &plan.ops {
         apply(op, &plan.attach)?;
     }

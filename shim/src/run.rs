@@ -46,8 +46,11 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
 
     set_hostname(&spec.hostname)?;
     let transparent = setup_network(sync, &spec)?;
+    // What no path of the plan decides goes first: the persistence binds may still be on
+    // their way from the supervisor.
+    mounts::build_base(&spec.mounts)?;
     receive_persistence(sync, &mut spec)?;
-    mounts::build(&spec.mounts)?;
+    mounts::build_ops(&spec.mounts)?;
     // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
     // cannot start, which narrows nothing away: reported, not fatal.
     let mut landlock_spec = spec.landlock.clone();
