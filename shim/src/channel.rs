@@ -248,7 +248,7 @@ pub fn recv<T: DeserializeOwned>(sock: RawFd) -> Result<Option<(T, Vec<OwnedFd>)
                 Some(&mut cmsg_space),
                 MsgFlags::MSG_CMSG_CLOEXEC,
             ) {
-                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EINTR | nix::errno::Errno::ECONNRESET) => continue,
                 other => break other.context("receive on the sync socket")?,
             }
         };
@@ -288,7 +288,11 @@ fn pending_len(sock: RawFd) -> Result<usize> {
             return Ok(n as usize);
         }
         let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
+        // ECONNRESET: the peer closed with a message of ours unread (the shim failed before it
+        // read the persistence plan). The kernel says so once; what the peer sent before it
+        // closed is still queued, and its last word (why it failed) is there.
+        if e.kind() != std::io::ErrorKind::Interrupted && e.raw_os_error() != Some(libc::ECONNRESET)
+        {
             return Err(e).context("receive on the sync socket");
         }
     }
