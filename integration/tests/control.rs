@@ -4,6 +4,7 @@
 //! it. Each test's control sockets live in the harness's private `XDG_RUNTIME_DIR` (or one of
 //! the test's own), never the invoker's.
 
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -364,4 +365,65 @@ touch curled; while [ ! -e go ]; do sleep 0.05; done"
         }
         assert!(!server.saw("/x"));
     }
+}
+
+#[test]
+fn without_a_runtime_directory_the_socket_lives_in_memory_and_goes_with_the_sandbox() {
+    // No XDG_RUNTIME_DIR and no /run/user/<uid> (the unprivileged user of a root test run): the
+    // control directory is the fallback, made for the launch and removed with its last socket.
+    // Where /dev/shm is a tmpfs it is there (on a disk-backed /tmp, making and removing it cost
+    // about 0.2 ms of every launch); `ps` finds the sandbox in it all the same, and the socket
+    // is gone when the sandbox ends.
+    let caller = Caller::Unprivileged;
+    let uid = NOBODY;
+    let fs = Command::new("stat")
+        .args(["-f", "-c", "%T", "/dev/shm"])
+        .output()
+        .unwrap();
+    let shm = stdout(&fs).trim() == "tmpfs";
+    assert!(
+        shm && is_root() && !std::path::Path::new(&format!("/run/user/{uid}")).exists(),
+        "this test needs a tmpfs /dev/shm, root and no /run/user/{uid}"
+    );
+    let work = TempDir::new("ctl-fallback");
+    let name = format!("fallback-{}", std::process::id());
+    let child = command(
+        caller,
+        &work.path,
+        &[
+            "whole-process",
+            "--name",
+            &name,
+            "--",
+            "/bin/sh",
+            "-c",
+            "touch started; while [ ! -e go ]; do sleep 0.05; done",
+        ],
+    )
+    .env_remove("XDG_RUNTIME_DIR")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for_file(&work.join("started"));
+    let dir = std::path::PathBuf::from(format!("/dev/shm/sandbox-launch-{uid}"));
+    let socket = dir.join(format!("{name}.sock"));
+    let meta = std::fs::symlink_metadata(&socket).expect("the control socket in /dev/shm");
+    assert!(meta.file_type().is_socket());
+    let dir_meta = std::fs::symlink_metadata(&dir).unwrap();
+    assert_eq!((dir_meta.uid(), dir_meta.mode() & 0o777), (uid, 0o700));
+    let out = command(caller, &work.path, &["ps", "--json"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains(&format!("\"name\":\"{name}\"")),
+        "{}",
+        explain(&out)
+    );
+    std::fs::write(work.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(!socket.exists(), "the socket outlived its sandbox");
+    assert!(!std::path::Path::new(&format!("/tmp/sandbox-launch-{uid}/{name}.sock")).exists());
 }

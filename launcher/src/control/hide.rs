@@ -1,7 +1,8 @@
 //! The control directory must not be reachable from inside any sandbox: a program inside runs
 //! as the same user, so a socket it could reach would let it answer its own prompts or widen
 //! its own policy. In host-readable mode it lies under a tree the sandbox empties (`/run`,
-//! `$XDG_RUNTIME_DIR`, a private `/tmp`); an allow-list policy may bind such a tree in. Where
+//! `$XDG_RUNTIME_DIR`, a private `/dev/shm` or `/tmp`); an allow-list policy may bind such a
+//! tree in. Where
 //! the mount plan would show it, an empty mode-000 directory is mounted over it; either way the
 //! shim verifies before the program starts that it cannot open it.
 
@@ -53,7 +54,9 @@ pub fn hide(plan: &mut MountPlan, verify_unreadable: &mut Vec<PathBuf>, dir: &Pa
 /// The paths inside the sandbox at which the host directory `dir` would be visible.
 fn visible_at(plan: &MountPlan, dir: &Path) -> Vec<PathBuf> {
     let mut seen: Vec<PathBuf> = Vec::new();
-    if plan.host_root {
+    // `/dev` (with a private `/dev/shm`) and `/proc` are the sandbox's own before any op.
+    let own = dir.starts_with("/dev") || dir.starts_with("/proc");
+    if plan.host_root && !own {
         seen.push(dir.to_path_buf());
     }
     for op in &plan.ops {
@@ -140,6 +143,28 @@ mod tests {
         assert_eq!(
             visible_at(&p, dir),
             [PathBuf::from("/work/run/sandbox-launch")]
+        );
+    }
+
+    #[test]
+    fn the_hosts_dev_shm_never_shows_inside_but_a_bind_of_it_is_masked() {
+        // The fallback directory of a user with no runtime directory.
+        let dir = Path::new("/dev/shm/sandbox-launch-1000");
+        let mut p = plan(true, vec![]);
+        let mut verify = Vec::new();
+        hide(&mut p, &mut verify, dir);
+        assert!(p.ops.is_empty(), "nothing to mask over: {:?}", p.ops);
+        assert_eq!(verify, [dir]);
+        let p = plan(
+            true,
+            vec![MountOp::ReadWrite {
+                source: "/dev/shm".into(),
+                target: "/shared".into(),
+            }],
+        );
+        assert_eq!(
+            visible_at(&p, dir),
+            [PathBuf::from("/shared/sandbox-launch-1000")]
         );
     }
 }
