@@ -122,6 +122,18 @@ fn a_kernel_that_claims_landlock_but_does_not_enforce_it_is_caught_by_verificati
 }
 
 #[test]
+fn a_host_root_left_mounted_is_caught_by_verification() {
+    for caller in CALLERS {
+        let work = TempDir::new("oldroot");
+        // The detach of the old root after pivot_root "succeeds" without doing anything: the
+        // host's root stays stacked on the sandbox's `/`.
+        let out = launch_under(caller, &work.path, &["--errno", "umount2=0"], &[]);
+        assert_refused(caller, &work, &out, 118, &["verify", "host's root"]);
+        assert_runs(caller, &work, &[]);
+    }
+}
+
+#[test]
 fn a_container_that_forbids_user_namespaces_is_refused_unless_root_can_do_without() {
     for caller in CALLERS {
         let work = TempDir::new("nouserns");

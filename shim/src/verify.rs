@@ -96,13 +96,22 @@ fn read_status(path: &str) -> Result<Status, StepError> {
     })
 }
 
-/// A /proc file in one read where it fits (`read_to_string` starts with a 32-byte probe and
-/// doubles: eight reads, each resuming the kernel's text generation, for a mountinfo).
+/// A /proc file, read to its end with nothing else (`read_to_end` first asks for a size, which
+/// /proc files do not have, and for the position: two more system calls per file).
 fn read_proc(path: &str) -> std::io::Result<String> {
     use std::io::Read;
-    let mut bytes = Vec::with_capacity(32 << 10);
-    std::fs::File::open(path)?.read_to_end(&mut bytes)?;
-    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    let mut file = std::fs::File::open(path)?;
+    let mut text = Vec::with_capacity(8 << 10);
+    let mut page = [0u8; 4096];
+    loop {
+        match file.read(&mut page) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&page[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 fn cpath(p: &Path) -> CString {
@@ -166,21 +175,30 @@ fn external_connect() -> Result<Result<std::net::SocketAddr, Errno>, StepError> 
     }
 }
 
-/// Whether anything of the staging root or the old root is still mounted.
+/// Whether anything of the staging root or the old root is still mounted: a mount at or under
+/// `/oldroot`, or more than one mount at `/` (the old root stacked on the new one). Read from
+/// `/proc/self/mounts`, which lists the same mounts as `mountinfo` (those reachable from this
+/// process's root) with the same escaped mount points, and costs about a third less to make:
+/// no root within the filesystem, no mount ids or propagation.
 fn old_root_reachable() -> Result<bool, StepError> {
-    let text = read_proc("/proc/self/mountinfo")
-        .map_err(|e| fail(format!("cannot read /proc/self/mountinfo: {e}")))?;
+    let text = read_proc("/proc/self/mounts")
+        .map_err(|e| fail(format!("cannot read /proc/self/mounts: {e}")))?;
+    Ok(root_mounts_left(&text))
+}
+
+/// Of a `/proc/self/mounts` text: whether the old root or a second `/` is in it.
+fn root_mounts_left(mounts: &str) -> bool {
     let mut roots = 0;
-    for line in text.lines() {
-        let mount_point = line.split(' ').nth(4).unwrap_or("");
+    for line in mounts.lines() {
+        let mount_point = line.split(' ').nth(1).unwrap_or("");
         if mount_point == "/" {
             roots += 1;
         }
         if mount_point == "/oldroot" || mount_point.starts_with("/oldroot/") {
-            return Ok(true);
+            return true;
         }
     }
-    Ok(roots != 1)
+    roots != 1
 }
 
 fn unreadable(path: &Path) -> Result<(), StepError> {
@@ -365,4 +383,51 @@ pub fn verify_guard_thread(tid: libc::pid_t) -> Result<GuardThreadFacts, StepErr
         no_new_privs: status.nnp,
         capabilities: status.caps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTS: &str = "/dev/vda / ext4 ro,nosuid,nodev,relatime 0 0\n\
+        proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n\
+        tmpfs /dev tmpfs rw,nosuid,noexec,mode=755 0 0\n\
+        /dev/vda /work/my\\040dir ext4 rw,relatime 0 0\n";
+
+    #[test]
+    fn one_root_and_no_old_root_is_clean() {
+        assert!(!root_mounts_left(MOUNTS));
+    }
+
+    #[test]
+    fn a_second_root_is_the_old_root_stacked() {
+        let stacked = format!("{MOUNTS}/dev/sda1 / ext4 rw,relatime 0 0\n");
+        assert!(root_mounts_left(&stacked));
+    }
+
+    #[test]
+    fn anything_at_or_under_oldroot_is_the_old_root() {
+        for mp in ["/oldroot", "/oldroot/proc"] {
+            let left = format!("{MOUNTS}/dev/sda1 {mp} ext4 rw 0 0\n");
+            assert!(root_mounts_left(&left), "{mp}");
+        }
+        let near = format!("{MOUNTS}/dev/sda1 /oldroots ext4 rw 0 0\n");
+        assert!(!root_mounts_left(&near));
+    }
+
+    #[test]
+    fn no_root_at_all_is_not_clean() {
+        assert!(root_mounts_left("proc /proc proc rw 0 0\n"));
+    }
+
+    #[test]
+    fn files_are_read_to_their_end() {
+        // Longer than the page read at a time.
+        let long = concat!(env!("CARGO_MANIFEST_DIR"), "/src/verify.rs");
+        let text = read_proc(long).unwrap();
+        assert!(text.len() > 4096);
+        assert_eq!(text, std::fs::read_to_string(long).unwrap());
+        let mounts = read_proc("/proc/self/mounts").unwrap();
+        assert!(mounts.lines().any(|l| l.split(' ').nth(1) == Some("/")));
+    }
 }
