@@ -1,5 +1,6 @@
-//! The shim's pipeline, in order: receive the spec, close stray descriptors, hostname, network,
-//! mounts, privileges, Landlock, seccomp, verification, then start the target and be its init.
+//! The shim's pipeline, in order: receive the spec, close stray descriptors, hostname, network
+//! and mounts (side by side), privileges, Landlock, seccomp, verification, then start the target
+//! and be its init.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -45,12 +46,7 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     let mut warnings = Vec::new();
 
     set_hostname(&spec.hostname)?;
-    let transparent = setup_network(sync, &spec)?;
-    // What no path of the plan decides goes first: the persistence binds may still be on
-    // their way from the supervisor.
-    mounts::build_base(&spec.mounts)?;
-    receive_persistence(sync, &mut spec)?;
-    mounts::build_ops(&spec.mounts)?;
+    let transparent = network_and_mounts(sync, &mut spec)?;
     // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
     // cannot start, which narrows nothing away: reported, not fatal.
     let mut landlock_spec = spec.landlock.clone();
@@ -225,9 +221,71 @@ fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
     channel::send(sync, msg, &[]).at(Step::Internal)
 }
 
+/// The network namespace and the mount tree, side by side: the network on a thread of its own,
+/// the persistence plan (which the launcher makes meanwhile) and the mounts on this one. Neither
+/// reads what the other makes (the network side uses sockets and netlink, no path), and the
+/// thread has ended before anything is set per thread (credentials, Landlock, seccomp), so no
+/// part of init ever runs with less confinement than the rest. Failures are reported in the
+/// pipeline's order: the network's first. Returns whether transparent egress is in place.
+fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepError> {
+    let build = |spec: &mut SandboxSpec| {
+        // What no path of the plan decides goes first: the persistence binds may still be on
+        // their way from the supervisor.
+        mounts::build_base(&spec.mounts)?;
+        receive_persistence(sync, spec)?;
+        mounts::build_ops(&spec.mounts)
+    };
+    if spec.network == NetworkSpec::Full {
+        build(spec)?;
+        return Ok(false);
+    }
+    let network = spec.network.clone();
+    std::thread::scope(|s| {
+        let thread = std::thread::Builder::new().spawn_scoped(s, || {
+            // SAFETY: gettid has no preconditions.
+            (unsafe { libc::gettid() }, setup_network(sync, &network))
+        });
+        let Ok(thread) = thread else {
+            // No thread to be had: one after the other.
+            let transparent = setup_network(sync, &network)?;
+            build(spec)?;
+            return Ok(transparent);
+        };
+        let built = build(spec);
+        let (tid, set_up) = thread.join().map_err(|_| {
+            StepError::new(Step::Network, "the network setup's thread panicked", None)
+        })?;
+        give_back_pid(tid);
+        let transparent = set_up?;
+        built.map(|()| transparent)
+    })
+}
+
+/// The network's thread took the namespace's next PID, 2, which is the program's (README): once
+/// the thread is gone, the next PID is 2 again. The join returns when the thread has released
+/// its memory, a little before the kernel frees its id: that is waited for first. Nothing
+/// depends on the number but what the program sees (`$$`); it is never a reason to stop.
+fn give_back_pid(tid: libc::pid_t) {
+    for _ in 0..10_000 {
+        // SAFETY: signal 0 to a thread of this process only asks whether it still exists.
+        let ret = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) };
+        if ret != 0 && nix::errno::Errno::last() == nix::errno::Errno::ESRCH {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    // Writable by the namespace's owner: init, still privileged here.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/sys/kernel/ns_last_pid")
+    {
+        let _ = std::io::Write::write_all(&mut f, b"1");
+    }
+}
+
 /// Returns whether transparent egress is in place.
-fn setup_network(sync: RawFd, spec: &SandboxSpec) -> Result<bool, StepError> {
-    match &spec.network {
+fn setup_network(sync: RawFd, network: &NetworkSpec) -> Result<bool, StepError> {
+    match network {
         NetworkSpec::Full => Ok(false),
         NetworkSpec::None => network::loopback_up().map(|()| false),
         NetworkSpec::Restricted {
