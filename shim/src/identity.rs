@@ -12,8 +12,29 @@ fn last_cap() -> u64 {
         .unwrap_or(63)
 }
 
-/// Drop every capability (bounding, ambient, inheritable, permitted, effective) and set
-/// no_new_privs. Must run after everything that needs privilege (mounts, network setup).
+/// Empty the bounding set, one prctl per capability the kernel knows. Nothing of init's setup
+/// needs it (the bounding set limits only what an exec or a capset could add; the mounts and the
+/// network use the effective set), so it is done early, where init waits for the launcher
+/// anyway, and every thread init starts inherits the empty set.
+pub fn drop_bounding() -> Result<(), StepError> {
+    for cap in 0..=last_cap() {
+        match sys::prctl(
+            libc::PR_CAPBSET_DROP,
+            cap as libc::c_ulong,
+            "PR_CAPBSET_DROP",
+        ) {
+            Ok(_) => {}
+            // A capability number the kernel does not know: nothing to drop.
+            Err(e) if e.errno == nix::errno::Errno::EINVAL => {}
+            Err(e) => return Err(e).at(Step::Identity),
+        }
+    }
+    Ok(())
+}
+
+/// Drop every other capability (ambient, inheritable, permitted, effective; the bounding set is
+/// empty already, see [`drop_bounding`]) and set no_new_privs. Must run after everything that
+/// needs privilege (mounts, network setup).
 /// With `keep_ptrace`, CAP_SYS_PTRACE stays in the permitted set (and nowhere else) for the
 /// create guard's thread, which raises it only to reach a non-dumpable target's own memory and
 /// descriptors; call [`drop_kept`] in every other thread once that thread has started.
@@ -28,18 +49,6 @@ pub fn drop_privileges(core_hard: u64, keep_ptrace: bool) -> Result<(), StepErro
         return Err(std::io::Error::last_os_error()).at(Step::Identity);
     }
     sys::prctl(libc::PR_SET_DUMPABLE, 0, "PR_SET_DUMPABLE, 0").at(Step::Identity)?;
-    for cap in 0..=last_cap() {
-        match sys::prctl(
-            libc::PR_CAPBSET_DROP,
-            cap as libc::c_ulong,
-            "PR_CAPBSET_DROP",
-        ) {
-            Ok(_) => {}
-            // A capability number the kernel does not know: nothing to drop.
-            Err(e) if e.errno == nix::errno::Errno::EINVAL => {}
-            Err(e) => return Err(e).at(Step::Identity),
-        }
-    }
     // SAFETY: prctl with integer arguments only.
     let ret = unsafe {
         libc::prctl(

@@ -45,6 +45,7 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     close_stray_fds(sync, &keep).at(Step::Internal)?;
     let mut warnings = Vec::new();
 
+    identity::drop_bounding()?;
     set_hostname(&spec.hostname)?;
     let transparent = network_and_mounts(sync, &mut spec)?;
     // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
