@@ -171,25 +171,25 @@ impl Forked<'_> {
         } = self;
         let pid = spawned.pid;
         let guard_wanted = guard.is_some();
-        let _ = nix::unistd::write(&go, b"g");
-        drop(go);
-        // The guard's listener arrives before the child may exec: without it, the target
-        // never runs.
+        // The guard's listener is in init's hands before the child may exec: without it, the
+        // target never runs. The child sent it while init verified; the go says init holds it.
         let mut listener = None;
+        let mut go = Some(go);
         if let Some(g) = guard {
             drop(g.child_sock);
             match crate::create_guard::receive_listener(g.init_sock.as_raw_fd()) {
-                Ok(fd) => {
-                    let _ = nix::unistd::write(&g.init_sock, b"g");
-                    listener = Some(fd);
-                }
+                Ok(fd) => listener = Some(fd),
                 // The child failed before handing it over (its reason is on the status pipe)
-                // or died.
+                // or died: no go.
                 Err(_) => {
+                    drop(go.take());
                     // SAFETY: signalling our own child, which has not exec'd.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
             }
+        }
+        if let Some(go) = go {
+            let _ = nix::unistd::write(&go, b"g");
         }
         let mut buf = [0u8; 8];
         let n = loop {

@@ -202,7 +202,7 @@ impl Child<'_> {
     /// init's go, and exec. Never returns.
     ///
     /// The filters go in before the go, in parallel with init's own setup: nothing the child
-    /// does before its exec needs more than they allow (reads of the go and ack pipes,
+    /// does before its exec needs more than they allow (a read of the go pipe,
     /// setrlimit, execve), and a failure is reported on the status pipe all the same — init
     /// reads it when it would have let the child go, and the program never runs.
     ///
@@ -244,11 +244,7 @@ impl Child<'_> {
             libc::_exit(127);
         }
         if let Some((_, sock)) = self.guard {
-            // Exec only once init holds the listener (EOF: init is gone).
-            let mut ack = [0u8; 1];
-            if raw::read(sock, ack.as_mut_ptr(), 1) != 1 {
-                libc::_exit(127);
-            }
+            // Init gives the go only once it holds the listener.
             raw::close(sock);
         }
         // Last, so nothing of the above runs under the program's limits.
