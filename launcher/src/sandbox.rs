@@ -64,7 +64,7 @@ impl Prepared {
             persist.rules.extend(moved);
             *watch.borrow_mut() = persistence::watch::Watch::new(done.missing);
             supervisor::DeferredPlan {
-                message: shim::channel::ToShim::Persistence {
+                message: shim::channel::PersistencePlan {
                     binds: done.binds,
                     persist,
                 },

@@ -32,7 +32,7 @@ pub type Deferred<'a> = Box<dyn FnOnce() -> DeferredPlan + 'a>;
 
 /// What a [`Deferred`] step gives: the message for the shim and what the user must be told.
 pub struct DeferredPlan {
-    pub message: channel::ToShim,
+    pub message: channel::PersistencePlan,
     pub warnings: Vec<String>,
 }
 

@@ -56,17 +56,15 @@ pub enum FromShim {
     Exited { code: i32 },
 }
 
-/// Supervisor -> shim.
+/// Supervisor -> shim, once, right after the clone: the persistence plan, made while the shim
+/// set up its network — the read-only binds that take the place of
+/// [`crate::spec::MountOp::PersistenceBinds`], and the create guard's whole model (it replaces
+/// the spec's). A struct, not a tagged enum like [`FromShim`]: serde decodes a tagged enum
+/// through a buffered copy, which doubled the shim's wait for its ~20 KB.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "msg", rename_all = "snake_case")]
-pub enum ToShim {
-    /// The persistence plan, made while the shim set up the network: the read-only binds that
-    /// take the place of [`crate::spec::MountOp::PersistenceBinds`], and the create guard's
-    /// whole model (it replaces the spec's).
-    Persistence {
-        binds: Vec<crate::spec::MountOp>,
-        persist: crate::spec::PersistSpec,
-    },
+pub struct PersistencePlan {
+    pub binds: Vec<crate::spec::MountOp>,
+    pub persist: crate::spec::PersistSpec,
 }
 
 /// Why the sandbox could not be built.

@@ -385,10 +385,10 @@ fn receive_persistence(sync: RawFd, spec: &mut SandboxSpec) -> Result<(), StepEr
             Some("run again with -v and report this"),
         )
     };
-    let (msg, _fds) = channel::recv::<channel::ToShim>(sync)
+    let (plan, _fds) = channel::recv::<channel::PersistencePlan>(sync)
         .map_err(|e| failed(format!("{e:#}")))?
         .ok_or_else(|| failed("the supervisor is gone".into()))?;
-    let channel::ToShim::Persistence { binds, persist } = msg;
+    let channel::PersistencePlan { binds, persist } = plan;
     if binds.contains(&crate::spec::MountOp::PersistenceBinds) {
         return Err(failed("the binds hold their own placeholder".into()));
     }

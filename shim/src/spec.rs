@@ -235,7 +235,7 @@ pub enum MountOp {
     /// Where the persistence model's read-only binds go (after the writable trees and the
     /// mounts placed by name, before the masks). A launch plans them after the clone, while
     /// the shim builds the network, and sends them with the create guard's rules
-    /// ([`crate::channel::ToShim::Persistence`]); the shim puts them here before it mounts
+    /// ([`crate::channel::PersistencePlan`]); the shim puts them here before it mounts
     /// anything, and mounts nothing without them.
     PersistenceBinds,
 }
