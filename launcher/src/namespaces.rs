@@ -6,7 +6,7 @@
 //! The clone happens while the launcher is still single-threaded, and the child makes only raw
 //! syscalls on memory prepared before the clone until its maps are in place.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use seccompiler::BpfProgram;
@@ -64,6 +64,23 @@ pub fn spawn_shim(
     )
     .map_err(|e| err("socketpair", e))?;
     let child_fd = child_sock.as_raw_fd();
+    // Real root's child waits for its maps on an eventfd, not on the socket: a socket's
+    // wake-up tells the scheduler that the waker is about to sleep, so the child was queued
+    // behind the supervisor on its CPU while the other one idled, and the supervisor does not
+    // sleep here — it plans the persistence protections (~0.5 ms lost). An eventfd's wake-up
+    // puts the child where it can run at once.
+    let go = if id.switch_from_root {
+        // SAFETY: eventfd with valid flags; the descriptor is owned right away.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(err("eventfd", Errno::last()));
+        }
+        // SAFETY: a fresh descriptor of ours.
+        Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    } else {
+        None
+    };
+    let go_fd = go.as_ref().map_or(-1, |g| g.as_raw_fd());
     // Unprivileged, the child maps its own ids (the kernel allows a process to map the one uid
     // it has), which spares a round trip through the supervisor; real root must have them
     // written from the parent namespace, where it holds CAP_SETUID.
@@ -103,7 +120,13 @@ pub fn spawn_shim(
     if pid == 0 {
         // SAFETY: the child of a fork-like clone of a single-threaded process.
         unsafe {
-            child_prepare(parent_sock.as_raw_fd(), child_fd, id, own_maps.as_ref());
+            child_prepare(
+                parent_sock.as_raw_fd(),
+                child_fd,
+                go_fd,
+                id,
+                own_maps.as_ref(),
+            );
         }
         // The shim runs in this process: no re-exec (a second exec costs more than the rest
         // of the launch). It never returns.
@@ -125,8 +148,10 @@ pub fn spawn_shim(
         }
     }
     // The maps are in place: tell the child to go on.
-    // SAFETY: write of one byte from a valid buffer.
-    if unsafe { libc::write(shim.sync.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
+    let one: u64 = 1;
+    let go_fd = go.as_ref().map_or(-1, |g| g.as_raw_fd());
+    // SAFETY: write of eight bytes from a valid buffer.
+    if unsafe { libc::write(go_fd, (&one as *const u64).cast(), 8) } != 8 {
         let e = Errno::last();
         kill_and_reap(pid);
         return Err(err("write to the sync socket", e));
@@ -232,7 +257,13 @@ unsafe fn write_file(path: &std::ffi::CStr, content: &[u8]) -> bool {
 ///
 /// # Safety
 /// Must run only in the child of a fork-like clone of a single-threaded process.
-unsafe fn child_prepare(parent_sock: RawFd, sock: RawFd, id: Identity, own: Option<&OwnMaps>) {
+unsafe fn child_prepare(
+    parent_sock: RawFd,
+    sock: RawFd,
+    go: RawFd,
+    id: Identity,
+    own: Option<&OwnMaps>,
+) {
     libc::close(parent_sock);
     libc::prctl(
         libc::PR_SET_PDEATHSIG,
@@ -249,11 +280,36 @@ unsafe fn child_prepare(parent_sock: RawFd, sock: RawFd, id: Identity, own: Opti
         // first message (before the target starts) fails and it gives up.
         return;
     }
-    // Wait for the id maps. EOF: the supervisor is gone.
-    let mut b = [0u8; 1];
-    if libc::read(sock, b.as_mut_ptr().cast(), 1) != 1 {
+    // Wait for the id maps: the go on the eventfd. The socket ending first (the supervisor is
+    // gone) ends the child; a message on it (the persistence plan, sent right after the go)
+    // waits for the shim.
+    let mut fds = [
+        libc::pollfd {
+            fd: go,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: sock,
+            events: 0,
+            revents: 0,
+        },
+    ];
+    loop {
+        let n = libc::poll(fds.as_mut_ptr(), 2, -1);
+        if n > 0 {
+            break;
+        }
+        if n < 0 && *libc::__errno_location() != libc::EINTR {
+            libc::_exit(1);
+        }
+    }
+    let mut value = 0u64;
+    if fds[0].revents & libc::POLLIN == 0 || libc::read(go, (&mut value as *mut u64).cast(), 8) != 8
+    {
         libc::_exit(1);
     }
+    libc::close(go);
     if id.switch_from_root {
         // Keep the namespace's capabilities across the change of uid; the shim drops every
         // one of them itself before the target runs.
