@@ -668,8 +668,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         None
     };
     for w in &prepared.warnings {
-        eprintln!("sandbox-launch: warning: {w}");
-        status.emit(json!({"status": "warning", "warning": w}));
+        status.warn(w);
     }
     if args.verbose > 1 {
         eprintln!(
@@ -791,8 +790,7 @@ fn merge_agent_state(agents: &persistence::agents::AgentState, status: &mut Stat
         ),
         Err(e) => format!("Claude Code's state was not merged back: {e}"),
     };
-    eprintln!("sandbox-launch: warning: {text}");
-    status.emit(json!({"status": "warning", "warning": text}));
+    status.warn(&text);
 }
 
 fn network_name(mode: NetworkMode) -> &'static str {

@@ -73,6 +73,12 @@ impl StatusSink {
         }
     }
 
+    /// Say `text` to the user as a warning: one line on stderr and a `warning` status.
+    pub fn warn(&mut self, text: &str) {
+        eprintln!("sandbox-launch: warning: {text}");
+        self.emit(serde_json::json!({"status": "warning", "warning": text}));
+    }
+
     pub fn emit(&mut self, value: Value) {
         if let (Some(events), Value::Object(map)) = (&self.events, &value) {
             let mut event = map.clone();

@@ -165,10 +165,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
              capability; every other layer is in place (README: Started as root)",
             launch.identity.uid
         );
-        eprintln!("sandbox-launch: warning: {text}");
-        launch
-            .status
-            .emit(json!({"status": "warning", "warning": text}));
+        launch.status.warn(&text);
     }
     let _reap = ReapAtEnd(
         launch
@@ -191,10 +188,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             let _ = nix::sys::socket::shutdown(sync, nix::sys::socket::Shutdown::Write);
         }
         for text in plan.warnings {
-            eprintln!("sandbox-launch: warning: {text}");
-            launch
-                .status
-                .emit(json!({"status": "warning", "warning": text}));
+            launch.status.warn(&text);
         }
     }
     let mut on_demand: Vec<OnDemand> = launch
@@ -213,7 +207,8 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
                     return Err(StepError::new(
                         Step::Mounts,
                         format!(
-                            "the persistence protections could not be handed to the sandbox                              ({e}), so it was not built ({})",
+                            "the persistence protections could not be handed to the sandbox \
+                             ({e}), so it was not built ({})",
                             describe_exit(code)
                         ),
                         Some("run again with -v and report this"),
@@ -240,10 +235,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             // Only the guard sends these, once the program runs.
             (FromShim::Refused { .. } | FromShim::WriteFailed { .. }, _) => {}
             (FromShim::Warning { text }, _) => {
-                eprintln!("sandbox-launch: warning: {text}");
-                launch
-                    .status
-                    .emit(json!({"status": "warning", "warning": text}));
+                launch.status.warn(&text);
             }
             (FromShim::Listeners { transparent }, fds) => {
                 if let Some(cb) = launch.on_listeners.take() {

@@ -148,27 +148,14 @@ mod tests {
     use shim::spec::MountOp;
 
     use super::complete;
+    use crate::layout::placed_persist::tests::{dir, Dir};
     use crate::layout::{plan, plan_deferring, HostContext};
     use crate::policy::model::{MountKind, MountRequest, Policy, Source, Sourced};
-
-    struct Dir(PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn dir(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("sl-deferred-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(std::fs::canonicalize(&p).unwrap())
-    }
 
     /// A working directory that is a repository with hooks, an `.envrc`, a `.vscode`, a
     /// missing `.mcp.json`, and a writable bind of another repository placed by name.
     fn setup() -> (Dir, Dir, Policy, HostContext) {
-        let (work, repo) = (dir("work"), dir("repo"));
+        let (work, repo) = (dir("deferred-work"), dir("deferred-repo"));
         for d in [&work.0, &repo.0] {
             std::fs::create_dir_all(d.join(".git/hooks")).unwrap();
             std::fs::write(d.join(".git/config"), "[core]\n").unwrap();

@@ -108,7 +108,7 @@ impl Planner<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::path::{Path, PathBuf};
 
     use shim::spec::{Access, MountOp};
@@ -116,15 +116,16 @@ mod tests {
     use crate::layout::{plan, HostContext};
     use crate::policy::model::{MountKind, MountRequest, Policy, Source, Sourced};
 
-    struct Dir(PathBuf);
+    /// A directory of a test's, canonical, removed with its contents when dropped.
+    pub(in crate::layout) struct Dir(pub(in crate::layout) PathBuf);
     impl Drop for Dir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 
-    fn dir(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("sl-placed-{tag}-{}", std::process::id()));
+    pub(in crate::layout) fn dir(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("sl-layout-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         Dir(std::fs::canonicalize(&p).unwrap())
