@@ -488,3 +488,54 @@ fn the_events_stream_records_the_sandbox_lifecycle() {
         assert_eq!(failed["step"], "policy", "{evs:?}");
     }
 }
+
+/// The CPUs the program may run on, from `/proc/self/status`.
+fn cpus_allowed(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
+#[test]
+fn the_program_may_run_on_every_cpu_its_caller_may() {
+    // The supervisor moves the sandbox's first process to another CPU right after the clone
+    // (speed) and gives it back its CPUs: the program must see exactly the caller's set, both
+    // the whole one and one narrowed by the caller.
+    let own = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap()).unwrap();
+    for caller in CALLERS {
+        let work = TempDir::new("cpus");
+        let out = sh(caller, &work.path, &[], "cat /proc/self/status");
+        assert!(out.status.success(), "{}", explain(&out));
+        assert_eq!(
+            cpus_allowed(&stdout(&out)).as_deref(),
+            Some(own.as_str()),
+            "{caller:?}"
+        );
+
+        let first = own.split([',', '-']).next().unwrap().to_string();
+        let launcher = integration::launcher().to_str().unwrap().to_string();
+        let out = integration::command_with(
+            std::path::Path::new("taskset"),
+            caller,
+            &work.path,
+            &[
+                "-c",
+                &first,
+                &launcher,
+                "whole-process",
+                "--",
+                "cat",
+                "/proc/self/status",
+            ],
+        )
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "{}", explain(&out));
+        assert_eq!(
+            cpus_allowed(&stdout(&out)).as_deref(),
+            Some(first.as_str()),
+            "{caller:?}"
+        );
+    }
+}
