@@ -162,14 +162,26 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
         .as_ref()
         .map(|t| verify::verify_guard_thread(t.tid()))
         .transpose()?;
-    let facts = serde_json::to_value(&facts).at(Step::Internal)?;
-    send(sync, &FromShim::Verified { facts })?;
+    // Everything is verified: the target may go. The facts go to the supervisor after its
+    // exec, with the news that it runs (the supervisor only reports them); encoding and sending
+    // them first kept the program waiting ~0.1 ms.
+    let report = |facts: &verify::Facts| {
+        let facts = serde_json::to_value(facts).at(Step::Internal)?;
+        send(sync, &FromShim::Verified { facts })
+    };
     let Some(forked) = forked else {
+        report(&facts)?;
         send(sync, &FromShim::Exited { code: 0 })?;
         return Ok(0);
     };
 
-    let (pid, listener) = forked.start()?;
+    let (pid, listener) = match forked.start() {
+        Ok(started) => started,
+        Err(e) => {
+            report(&facts)?;
+            return Err(e);
+        }
+    };
     let nests = Arc::new(create_guard::nested::Registry::new(guard_thread.is_some()));
     if let Some(sock) = nest_socket {
         create_guard::nested::serve(sock, nests.clone());
@@ -181,6 +193,7 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
         let events = sync_fd.try_clone_to_owned().ok();
         t.serve(l, spec.persist.clone(), events, Some(nests));
     }
+    report(&facts)?;
     send(sync, &FromShim::Started { pid })?;
     // The target has its working directory; init's own is `/` from now on (a path through
     // /proc/1/cwd then leads nowhere the target could not go itself).
