@@ -12,6 +12,7 @@ pub mod landlock;
 pub mod mounts;
 pub mod netlink;
 pub mod network;
+mod persist_wire;
 pub mod placed;
 pub mod run;
 pub mod seccomp;

@@ -84,8 +84,10 @@ pub struct Rlimit {
 }
 
 /// The persistence model the create guard enforces: inside the writable trees backed by the
-/// host, nothing may be written where it would run on the host later.
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+/// host, nothing may be written where it would run on the host later. Travels in the form of
+/// [`crate::persist_wire`] (each surface text once).
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[serde(try_from = "crate::persist_wire::Wire")]
 pub struct PersistSpec {
     /// Writable trees backed by the host (canonical): the rules apply inside them.
     pub roots: Vec<PathBuf>,
@@ -96,7 +98,6 @@ pub struct PersistSpec {
     pub overrides: Vec<PathBuf>,
     /// ...except these (`--deny-write`, existing or not): nothing may be written at or below
     /// them, nor anything but a directory appear on the way to them.
-    #[serde(default)]
     pub denied: Vec<PathBuf>,
 }
 

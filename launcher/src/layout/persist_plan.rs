@@ -145,6 +145,10 @@ impl Planner<'_> {
 mod tests {
     use std::path::{Path, PathBuf};
 
+    use std::os::fd::AsRawFd;
+
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    use shim::channel::{self, PersistencePlan};
     use shim::spec::MountOp;
 
     use super::complete;
@@ -214,5 +218,78 @@ mod tests {
         let placed = Path::new("/tmp/r");
         assert!(done.spec.roots.iter().any(|r| r == placed));
         assert!(done.spec.roots.contains(&work.0));
+    }
+
+    /// The plan the supervisor sends after the clone, as the shim receives it on the sync
+    /// socket: the same plan, every rule kept (the home directory's rules anchored at it).
+    #[test]
+    fn the_plan_sent_after_the_clone_arrives_whole() {
+        let (work, _repo, policy, mut ctx) = setup();
+        let home = dir("deferred-home");
+        ctx.home = Some(home.0.clone());
+        let at_once = plan(&policy, &ctx).unwrap();
+        let mut later = plan_deferring(&policy, &ctx).unwrap();
+        let inputs = later.deferred_persistence.take().expect("deferred");
+        let done = complete(inputs.plan(), &later.persist, &later.unprotected_missing);
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let sent = PersistencePlan {
+            binds: done.binds,
+            persist: done.spec,
+        };
+        channel::send(ours.as_raw_fd(), &sent, &[]).unwrap();
+        let (got, fds) = channel::recv::<PersistencePlan>(theirs.as_raw_fd())
+            .unwrap()
+            .expect("a message");
+        assert!(fds.is_empty());
+        assert_eq!(got.binds, sent.binds);
+        assert_eq!(got.persist, sent.persist);
+        assert_eq!(got.persist, at_once.persist);
+        // Not vacuous: rules anchored at the home directory and at any depth, sharing surfaces.
+        let rules = &got.persist.rules;
+        assert!(rules.iter().any(|r| r.anchor.as_deref() == Some(&home.0)));
+        assert!(rules
+            .iter()
+            .any(|r| r.anchor.is_none() && r.pattern == ".envrc"));
+        assert!(rules.len() > 50, "{}", rules.len());
+        assert!(got.binds.contains(&MountOp::ReadOnly {
+            source: work.0.join(".git/hooks"),
+            target: work.0.join(".git/hooks"),
+        }));
+    }
+
+    /// A plan whose rule names a surface it does not list fails to arrive (the shim then
+    /// builds nothing), with the reason; no rule is dropped on the way.
+    #[test]
+    fn a_plan_with_a_rule_pointing_nowhere_is_refused() {
+        let (_work, _repo, policy, ctx) = setup();
+        let mut later = plan_deferring(&policy, &ctx).unwrap();
+        let inputs = later.deferred_persistence.take().expect("deferred");
+        let done = complete(inputs.plan(), &later.persist, &later.unprotected_missing);
+        let mut wire = serde_json::to_value(PersistencePlan {
+            binds: done.binds,
+            persist: done.spec,
+        })
+        .unwrap();
+        let surfaces = wire["persist"]["surfaces"].as_array().unwrap().len();
+        assert!(surfaces > 1, "{wire}");
+        wire["persist"]["rules"][0][2] = serde_json::json!(surfaces);
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        channel::send(ours.as_raw_fd(), &wire, &[]).unwrap();
+        let err = channel::recv::<PersistencePlan>(theirs.as_raw_fd()).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(err.contains(&format!("names surface {surfaces}")), "{err}");
+        assert!(err.contains("the plan is malformed"), "{err}");
     }
 }
