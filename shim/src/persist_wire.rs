@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -90,7 +91,7 @@ impl Serialize for PersistSpec {
                 RuleRef(
                     r.anchor.as_deref().map(|a| anchors.index_of(a)),
                     &r.pattern,
-                    surfaces.index_of(&r.surface),
+                    surfaces.index_of(&*r.surface),
                 )
             })
             .collect();
@@ -118,6 +119,7 @@ impl TryFrom<Wire> for PersistSpec {
             overrides,
             denied,
         } = wire;
+        let surfaces: Vec<Arc<str>> = surfaces.into_iter().map(Arc::from).collect();
         let rules = rules
             .into_iter()
             .enumerate()

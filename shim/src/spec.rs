@@ -2,6 +2,7 @@
 //! checked) so that the shim only executes; sent as JSON over the sync socket.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +110,7 @@ impl PersistSpec {
 }
 
 /// One protected path or family of paths.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtectRule {
     /// `None`: matched at any depth (in every writable tree, below it and at it); `Some(dir)`:
     /// relative to `dir`.
@@ -117,8 +118,9 @@ pub struct ProtectRule {
     /// `/`-separated components, each a glob (`*`, `?`); a last component `**` also matches
     /// everything below. Empty: the anchor itself.
     pub pattern: String,
-    /// The surface it protects (said in refusals and by `check`).
-    pub surface: String,
+    /// The surface it protects (said in refusals and by `check`). Shared by the rules of one
+    /// surface (a dozen texts for ~110 rules).
+    pub surface: Arc<str>,
 }
 
 /// The filesystem layout. Paths are absolute and as seen inside; `source` paths are host paths.

@@ -13,6 +13,7 @@ pub mod table;
 pub mod watch;
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use host_view::{HostView, Kind};
 use shim::spec::ProtectRule;
@@ -41,11 +42,12 @@ pub fn table_rules(home: Option<&Path>) -> Vec<ProtectRule> {
             (Scope::Home, Some(h)) => Some(h.to_path_buf()),
             (Scope::Home, None) | (Scope::GitDir, _) => continue,
         };
+        let surface: Arc<str> = format!("{}: runs on {}", s.what, s.runs).into();
         for p in s.patterns {
             out.push(ProtectRule {
                 anchor: anchor.clone(),
                 pattern: p.to_string(),
-                surface: format!("{}: runs on {}", s.what, s.runs),
+                surface: surface.clone(),
             });
         }
     }

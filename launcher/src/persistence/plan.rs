@@ -82,7 +82,7 @@ impl Protections {
                 self.spec.rules.push(ProtectRule {
                     anchor: Some(p.clone()),
                     pattern: "**".into(),
-                    surface: why.clone(),
+                    surface: why.as_str().into(),
                 });
             }
             self.shown.push(Shown {

@@ -426,7 +426,7 @@ mod tests {
                 .map(|p| ProtectRule {
                     anchor: None,
                     pattern: p.to_string(),
-                    surface: p.to_string(),
+                    surface: (*p).into(),
                 })
                 .collect(),
             denied: vec!["/w/inner/secret".into()],

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use crate::spec::PersistSpec;
 use gitdir::GitVerdict;
@@ -71,7 +72,7 @@ pub enum Verdict {
 
 struct Rule {
     pattern: Pattern,
-    surface: String,
+    surface: Arc<str>,
 }
 
 /// The rules of one sandbox, compiled from its spec.
@@ -151,7 +152,7 @@ impl Rules {
     /// what one protects, when `mkdir` is false).
     fn protected(&self, path: &Path, mkdir: bool) -> Option<String> {
         let verdict = |fit: Fit, rule: &Rule| match fit {
-            Fit::Inside => Some(rule.surface.clone()),
+            Fit::Inside => Some(rule.surface.to_string()),
             Fit::Above if !mkdir => Some(format!("{} (on the way to it)", rule.surface)),
             _ => None,
         };
@@ -233,13 +234,13 @@ mod tests {
             .map(|p| ProtectRule {
                 anchor: None,
                 pattern: p.to_string(),
-                surface: p.to_string(),
+                surface: (*p).into(),
             })
             .collect();
         r.extend(anchored.iter().map(|(a, p)| ProtectRule {
             anchor: Some(a.into()),
             pattern: p.to_string(),
-            surface: format!("{a}/{p}"),
+            surface: format!("{a}/{p}").into(),
         }));
         Rules::new(&PersistSpec {
             roots: vec!["/w".into(), "/home/u/.claude".into()],
