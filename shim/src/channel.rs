@@ -60,7 +60,8 @@ pub enum FromShim {
 /// set up its network — the read-only binds that take the place of
 /// [`crate::spec::MountOp::PersistenceBinds`], and the create guard's whole model (it replaces
 /// the spec's). A struct, not a tagged enum like [`FromShim`]: serde decodes a tagged enum
-/// through a buffered copy, which doubled the shim's wait for its ~20 KB.
+/// through a buffered copy, which doubled the shim's wait for its ~20 KB (then). The rules'
+/// surfaces and anchors travel once each (see `persist_wire`).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PersistencePlan {
     pub binds: Vec<crate::spec::MountOp>,

@@ -3,7 +3,8 @@
 //! and the rules as `[anchor, pattern, surface]` rows that refer to the tables by index. The
 //! ~110 rules of a launch share a dozen surfaces of up to ~250 bytes and one home directory;
 //! written out in every rule they made a ~24 KB message that the shim decodes on the launch's
-//! critical path. In memory a rule stays a [`ProtectRule`] with its own strings.
+//! critical path. In memory a rule stays a [`ProtectRule`] (the rules of one surface share its
+//! text).
 //!
 //! A row that names an entry the tables do not have is an error, never a rule dropped.
 
