@@ -121,39 +121,37 @@ impl TryFrom<Wire> for PersistSpec {
             denied,
         } = wire;
         let surfaces: Vec<Arc<str>> = surfaces.into_iter().map(Arc::from).collect();
-        let rules = rules
-            .into_iter()
-            .enumerate()
-            .map(|(n, WireRule(anchor, pattern, surface))| {
-                let missing = |what: &str, i: u32, len: usize| {
-                    format!(
-                        "protected path {n} ({pattern:?}) names {what} {i}, but the plan's table \
-                         has {len}: the plan is malformed"
-                    )
-                };
-                let anchor = match anchor {
-                    None => None,
-                    Some(i) => Some(
-                        anchors
-                            .get(i as usize)
-                            .ok_or_else(|| missing("anchor", i, anchors.len()))?
-                            .clone(),
-                    ),
-                };
-                let surface = surfaces
-                    .get(surface as usize)
-                    .ok_or_else(|| missing("surface", surface, surfaces.len()))?
-                    .clone();
-                Ok(ProtectRule {
-                    anchor,
-                    pattern,
-                    surface,
-                })
-            })
-            .collect::<Result<_, String>>()?;
+        // Sized at once: grown by doubling, the vector wrote twice its size in fresh pages.
+        let mut out = Vec::with_capacity(rules.len());
+        for (n, WireRule(anchor, pattern, surface)) in rules.into_iter().enumerate() {
+            let missing = |what: &str, i: u32, len: usize| {
+                format!(
+                    "protected path {n} ({pattern:?}) names {what} {i}, but the plan's table has \
+                     {len}: the plan is malformed"
+                )
+            };
+            let anchor = match anchor {
+                None => None,
+                Some(i) => Some(
+                    anchors
+                        .get(i as usize)
+                        .ok_or_else(|| missing("anchor", i, anchors.len()))?
+                        .clone(),
+                ),
+            };
+            let surface = surfaces
+                .get(surface as usize)
+                .ok_or_else(|| missing("surface", surface, surfaces.len()))?
+                .clone();
+            out.push(ProtectRule {
+                anchor,
+                pattern,
+                surface,
+            });
+        }
         Ok(PersistSpec {
             roots,
-            rules,
+            rules: out,
             overrides,
             denied,
         })
