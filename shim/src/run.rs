@@ -31,7 +31,6 @@ pub fn main(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> ! {
 
 fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, StepError> {
     channel::set_cloexec(sync, true).at(Step::Internal)?;
-    inherited_env::wipe().at(Step::Internal)?;
     // Die with the supervisor. Set again here: a change of credentials clears it.
     sys::prctl(
         libc::PR_SET_PDEATHSIG,
@@ -45,8 +44,6 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     close_stray_fds(sync, &keep).at(Step::Internal)?;
     let mut warnings = Vec::new();
 
-    identity::drop_bounding()?;
-    set_hostname(&spec.hostname)?;
     let transparent = network_and_mounts(sync, &mut spec)?;
     // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
     // cannot start, which narrows nothing away: reported, not fatal.
@@ -239,10 +236,17 @@ fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
 /// the persistence plan (which the launcher makes meanwhile) and the mounts on this one. Neither
 /// reads what the other makes (the network side uses sockets and netlink, no path), and the
 /// thread has ended before anything is set per thread (credentials, Landlock, seccomp), so no
-/// part of init ever runs with less confinement than the rest. Failures are reported in the
-/// pipeline's order: the network's first. Returns whether transparent egress is in place.
+/// part of init ever runs with less confinement than the rest. The thread starts first (with
+/// restricted egress it is the longer side): this one wipes the inherited environment, empties
+/// its bounding set and names the host meanwhile. The thread keeps the bounding set it was
+/// started with: it limits only what an exec could gain, and the thread never execs and is gone
+/// before the program starts. Failures are reported in the pipeline's order: the network's
+/// first. Returns whether transparent egress is in place.
 fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepError> {
     let build = |spec: &mut SandboxSpec| {
+        inherited_env::wipe().at(Step::Internal)?;
+        identity::drop_bounding()?;
+        set_hostname(&spec.hostname)?;
         // What no path of the plan decides goes first: the persistence binds may still be on
         // their way from the supervisor.
         mounts::build_base(&spec.mounts)?;
