@@ -158,8 +158,10 @@ mod tests {
 
     /// A working directory that is a repository with hooks, an `.envrc`, a `.vscode`, a
     /// missing `.mcp.json`, and a writable bind of another repository placed by name.
-    fn setup() -> (Dir, Dir, Policy, HostContext) {
-        let (work, repo) = (dir("deferred-work"), dir("deferred-repo"));
+    /// `tag`: the test's own, so that tests running side by side never share (and remove)
+    /// each other's directories.
+    fn setup(tag: &str) -> (Dir, Dir, Policy, HostContext) {
+        let (work, repo) = (dir(&format!("{tag}-work")), dir(&format!("{tag}-repo")));
         for d in [&work.0, &repo.0] {
             std::fs::create_dir_all(d.join(".git/hooks")).unwrap();
             std::fs::write(d.join(".git/config"), "[core]\n").unwrap();
@@ -186,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_plan_made_after_the_clone_is_the_plan_made_at_once() {
-        let (work, _repo, policy, ctx) = setup();
+        let (work, _repo, policy, ctx) = setup("deferred");
         let at_once = plan(&policy, &ctx).unwrap();
         let mut later = plan_deferring(&policy, &ctx).unwrap();
         let inputs = later.deferred_persistence.take().expect("deferred");
@@ -220,28 +222,38 @@ mod tests {
         assert!(done.spec.roots.contains(&work.0));
     }
 
-    /// The plan the supervisor sends after the clone, as the shim receives it on the sync
-    /// socket: the same plan, every rule kept (the home directory's rules anchored at it).
-    #[test]
-    fn the_plan_sent_after_the_clone_arrives_whole() {
-        let (work, _repo, policy, mut ctx) = setup();
-        let home = dir("deferred-home");
-        ctx.home = Some(home.0.clone());
-        let at_once = plan(&policy, &ctx).unwrap();
-        let mut later = plan_deferring(&policy, &ctx).unwrap();
+    /// The message the supervisor sends after the clone: the deferred plan, completed.
+    fn deferred_message(policy: &Policy, ctx: &HostContext) -> PersistencePlan {
+        let mut later = plan_deferring(policy, ctx).unwrap();
         let inputs = later.deferred_persistence.take().expect("deferred");
         let done = complete(inputs.plan(), &later.persist, &later.unprotected_missing);
-        let (ours, theirs) = socketpair(
+        PersistencePlan {
+            binds: done.binds,
+            persist: done.spec,
+        }
+    }
+
+    /// Two ends like the supervisor's and the shim's sync socket.
+    fn sync_pair() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+        socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
             None,
             SockFlag::SOCK_CLOEXEC,
         )
-        .unwrap();
-        let sent = PersistencePlan {
-            binds: done.binds,
-            persist: done.spec,
-        };
+        .unwrap()
+    }
+
+    /// The plan the supervisor sends after the clone, as the shim receives it on the sync
+    /// socket: the same plan, every rule kept (the home directory's rules anchored at it).
+    #[test]
+    fn the_plan_sent_after_the_clone_arrives_whole() {
+        let (work, _repo, policy, mut ctx) = setup("sent");
+        let home = dir("deferred-home");
+        ctx.home = Some(home.0.clone());
+        let at_once = plan(&policy, &ctx).unwrap();
+        let sent = deferred_message(&policy, &ctx);
+        let (ours, theirs) = sync_pair();
         channel::send(ours.as_raw_fd(), &sent, &[]).unwrap();
         let (got, fds) = channel::recv::<PersistencePlan>(theirs.as_raw_fd())
             .unwrap()
@@ -267,25 +279,12 @@ mod tests {
     /// builds nothing), with the reason; no rule is dropped on the way.
     #[test]
     fn a_plan_with_a_rule_pointing_nowhere_is_refused() {
-        let (_work, _repo, policy, ctx) = setup();
-        let mut later = plan_deferring(&policy, &ctx).unwrap();
-        let inputs = later.deferred_persistence.take().expect("deferred");
-        let done = complete(inputs.plan(), &later.persist, &later.unprotected_missing);
-        let mut wire = serde_json::to_value(PersistencePlan {
-            binds: done.binds,
-            persist: done.spec,
-        })
-        .unwrap();
+        let (_work, _repo, policy, ctx) = setup("pointing-nowhere");
+        let mut wire = serde_json::to_value(deferred_message(&policy, &ctx)).unwrap();
         let surfaces = wire["persist"]["surfaces"].as_array().unwrap().len();
         assert!(surfaces > 1, "{wire}");
         wire["persist"]["rules"][0][2] = serde_json::json!(surfaces);
-        let (ours, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .unwrap();
+        let (ours, theirs) = sync_pair();
         channel::send(ours.as_raw_fd(), &wire, &[]).unwrap();
         let err = channel::recv::<PersistencePlan>(theirs.as_raw_fd()).unwrap_err();
         let err = format!("{err:#}");
