@@ -175,7 +175,8 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     let (pid, listener) = match forked.start() {
         Ok(started) => started,
         Err(e) => {
-            report(&facts)?;
+            // The exec's failure is what the launch reports, even if the facts cannot go.
+            let _ = report(&facts);
             return Err(e);
         }
     };
