@@ -171,6 +171,19 @@ fn mkdir(dir: &Path, parent: &Path) -> Result<(), String> {
                 parent.display()
             ))
         }
+        // Named after this process: the launcher that made it had this pid and is gone (one
+        // killed before it could remove its group). Empty, it is removed and made anew; with
+        // processes or groups in it, rmdir refuses and so does the launch.
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            std::fs::remove_dir(dir).map_err(|e| {
+                format!(
+                    "cannot create {0}: a group of that name is left from an earlier launch with this \
+                     process id and cannot be removed ({e}); remove it (rmdir {0}) once nothing runs in it",
+                    dir.display()
+                )
+            })?;
+            std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        }
         Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
     }
 }
@@ -191,4 +204,27 @@ fn rmdir(dir: &Path) -> Result<(), String> {
         "cannot remove {}: still busy after 500 ms",
         dir.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_left_empty_by_an_earlier_launch_with_this_pid_is_made_anew_and_a_busy_one_refused() {
+        let parent = std::env::temp_dir().join(format!("sl-cgroup-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        let dir = parent.join("sandbox-launch-1");
+        std::fs::create_dir_all(&dir).unwrap();
+        // Left empty: removed and made again.
+        mkdir(&dir, &parent).unwrap();
+        assert!(dir.is_dir());
+        // Not empty (on cgroupfs: processes or child groups): refused, left as it is.
+        std::fs::create_dir(dir.join("child")).unwrap();
+        let err = mkdir(&dir, &parent).unwrap_err();
+        assert!(err.contains("left from an earlier launch"), "{err}");
+        assert!(err.contains("rmdir"), "{err}");
+        assert!(dir.join("child").is_dir());
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
 }
