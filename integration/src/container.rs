@@ -287,6 +287,8 @@ impl Drop for RootlessUser {
                 eprintln!("userdel {}: {}", self.name, explain(&out));
             }
         }
+        // Rootless podman's lock file, named by uid, outlives the user.
+        let _ = std::fs::remove_file(format!("/dev/shm/libpod_rootless_lock_{}", self.uid));
     }
 }
 
