@@ -1,5 +1,6 @@
-//! The supervisor's half of the namespaces: clone the shim into new user, mount, PID, network,
-//! IPC, UTS and cgroup namespaces and see its uid/gid maps written (by the child itself when
+//! The supervisor's half of the namespaces: clone the shim into new user, mount, PID, IPC, UTS
+//! and cgroup namespaces (the shim makes its network namespace itself, beside its mounts: see
+//! `shim::run`) and see its uid/gid maps written (by the child itself when
 //! unprivileged, from here when started as root). The shim then runs in the cloned process, with
 //! no exec.
 //!
@@ -50,7 +51,6 @@ fn hint_for_clone(errno: Errno) -> String {
 /// Clone the shim. On return its id maps are written and it is on its way to exec.
 pub fn spawn_shim(
     id: Identity,
-    new_net: bool,
     spec: SandboxSpec,
     filter: BpfProgram,
 ) -> Result<ShimProcess, StepError> {
@@ -86,15 +86,12 @@ pub fn spawn_shim(
     // written from the parent namespace, where it holds CAP_SETUID.
     let own_maps = (!id.switch_from_root).then(|| OwnMaps::new(id));
 
-    let mut flags = libc::CLONE_NEWUSER
+    let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP;
-    if new_net {
-        flags |= libc::CLONE_NEWNET;
-    }
     let mut without_user_namespace = None;
     // SAFETY: a fork-like clone from a single-threaded process.
     let mut pid = unsafe { clone_fork_like(flags) };

@@ -677,7 +677,6 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         );
         eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
-    let new_net = prepared.network != NetworkMode::Full;
     // Filled by the deferred plan, stamped once that has gone to the shim (`on_spawn`).
     let watch = RefCell::new(persistence::watch::Watch::new(
         prepared.unprotected_missing.clone(),
@@ -709,7 +708,6 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         spec: prepared.spec,
         filter: prepared.filter,
         identity: prepared.identity,
-        new_net,
         status: &mut status,
         verbose: args.verbose,
         on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {

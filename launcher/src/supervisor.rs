@@ -65,7 +65,6 @@ pub struct Launch<'a> {
     /// The compiled seccomp filter (compiled before the clone, so a bad policy fails early).
     pub filter: BpfProgram,
     pub identity: Identity,
-    pub new_net: bool,
     pub status: &'a mut StatusSink,
     pub verbose: u8,
     /// Called with the proxy listeners the shim created inside (restricted network).
@@ -101,7 +100,6 @@ pub fn run(launch: Launch<'_>) -> i32 {
         spec,
         filter,
         identity,
-        new_net,
         status,
         verbose,
         on_listeners,
@@ -115,7 +113,6 @@ pub fn run(launch: Launch<'_>) -> i32 {
         spec,
         filter,
         identity,
-        new_net,
         status: &mut *status,
         verbose,
         on_listeners,
@@ -147,8 +144,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
     if let Some(h) = launch.around_clone {
         h.before()?;
     }
-    let spawned =
-        namespaces::spawn_shim(launch.identity, launch.new_net, launch.spec, launch.filter);
+    let spawned = namespaces::spawn_shim(launch.identity, launch.spec, launch.filter);
     let after = launch.around_clone.map(AroundClone::after);
     let shim_proc = match (spawned, after) {
         (Ok(s), None | Some(Ok(()))) => s,

@@ -233,7 +233,8 @@ fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
     channel::send(sync, msg, &[]).at(Step::Internal)
 }
 
-/// The network namespace and the mount tree, side by side: the network on a thread of its own,
+/// The network namespace and the mount tree, side by side: the network (a namespace of its own,
+/// made here rather than in the clone, and what it holds) on a thread of its own,
 /// the persistence plan (which the launcher makes meanwhile) and the mounts on this one. Neither
 /// reads what the other makes (the network side uses sockets and netlink, no path), and the
 /// thread has ended before anything is set per thread (credentials, Landlock, seccomp), so no
@@ -261,11 +262,14 @@ fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepE
     let network = spec.network.clone();
     std::thread::scope(|s| {
         let thread = std::thread::Builder::new().spawn_scoped(s, || {
+            let set_up =
+                network::enter_new().and_then(|ns| setup_network(sync, &network).map(|t| (t, ns)));
             // SAFETY: gettid has no preconditions.
-            (unsafe { libc::gettid() }, setup_network(sync, &network))
+            (unsafe { libc::gettid() }, set_up)
         });
         let Ok(thread) = thread else {
-            // No thread to be had: one after the other.
+            // No thread to be had: one after the other, in this thread's own namespace.
+            network::enter_new()?;
             let transparent = setup_network(sync, &network)?;
             build(spec)?;
             return Ok(transparent);
@@ -275,7 +279,10 @@ fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepE
             StepError::new(Step::Network, "the network setup's thread panicked", None)
         })?;
         give_back_pid(tid);
-        let transparent = set_up?;
+        let (transparent, ns) = set_up?;
+        // This thread, which forks the program, joins the namespace the network's thread made
+        // (verification checks that it sees only `lo` there).
+        network::join(&ns)?;
         built.map(|()| transparent)
     })
 }

@@ -31,7 +31,6 @@ pub fn launch(args: &SandboxArgs) -> Check {
             spec,
             filter: prepared.filter,
             identity: prepared.identity,
-            new_net: prepared.network != crate::policy::model::NetworkMode::Full,
             status: &mut status,
             verbose: 0,
             on_listeners: prepared.proxy.map(|p| -> supervisor::OnListeners<'_> {
