@@ -260,31 +260,64 @@ fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepE
         return Ok(false);
     }
     let network = spec.network.clone();
-    std::thread::scope(|s| {
-        let thread = std::thread::Builder::new().spawn_scoped(s, || {
+    let thread = std::thread::Builder::new()
+        .stack_size(NETWORK_STACK)
+        .spawn(move || {
             let set_up =
                 network::enter_new().and_then(|ns| setup_network(sync, &network).map(|t| (t, ns)));
             // SAFETY: gettid has no preconditions.
             (unsafe { libc::gettid() }, set_up)
         });
-        let Ok(thread) = thread else {
-            // No thread to be had: one after the other, in this thread's own namespace.
-            network::enter_new()?;
-            let transparent = setup_network(sync, &network)?;
-            build(spec)?;
-            return Ok(transparent);
+    let Ok(thread) = thread else {
+        // No thread to be had: one after the other, in this thread's own namespace.
+        network::enter_new()?;
+        let transparent = setup_network(sync, &spec.network)?;
+        build(spec)?;
+        return Ok(transparent);
+    };
+    beside_this_one(std::os::unix::thread::JoinHandleExt::as_pthread_t(&thread));
+    let built = build(spec);
+    let (tid, set_up) = thread
+        .join()
+        .map_err(|_| StepError::new(Step::Network, "the network setup's thread panicked", None))?;
+    give_back_pid(tid);
+    let (transparent, ns) = set_up?;
+    // This thread, which forks the program, joins the namespace the network's thread made
+    // (verification checks that it sees only `lo` there).
+    network::join(&ns)?;
+    built.map(|()| transparent)
+}
+
+/// The network's thread needs little stack (sockets and netlink messages).
+const NETWORK_STACK: usize = 256 * 1024;
+
+/// Have the thread `t` run on another CPU than the calling one, now: a new thread is queued
+/// where the scheduler finds room, often behind the thread that made it, which does not sleep
+/// here (it builds the mount tree) while another CPU idles or only waits for the supervisor.
+/// The second call gives it back exactly the CPUs it had. Only a matter of speed: if either
+/// call fails, nothing else depends on it.
+fn beside_this_one(t: libc::pthread_t) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data (all zeroes is the empty set); every call gets a valid
+    // set of `size` bytes; `t` is a live thread of this process (joined later).
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::pthread_getaffinity_np(t, size, &mut allowed) != 0 || libc::CPU_COUNT(&allowed) < 2
+        {
+            return;
+        }
+        let Ok(here) = usize::try_from(libc::sched_getcpu()) else {
+            return;
         };
-        let built = build(spec);
-        let (tid, set_up) = thread.join().map_err(|_| {
-            StepError::new(Step::Network, "the network setup's thread panicked", None)
-        })?;
-        give_back_pid(tid);
-        let (transparent, ns) = set_up?;
-        // This thread, which forks the program, joins the namespace the network's thread made
-        // (verification checks that it sees only `lo` there).
-        network::join(&ns)?;
-        built.map(|()| transparent)
-    })
+        if !libc::CPU_ISSET(here, &allowed) {
+            return;
+        }
+        let mut elsewhere = allowed;
+        libc::CPU_CLR(here, &mut elsewhere);
+        if libc::pthread_setaffinity_np(t, size, &elsewhere) == 0 {
+            libc::pthread_setaffinity_np(t, size, &allowed);
+        }
+    }
 }
 
 /// The network's thread took the namespace's next PID, 2, which is the program's (README): once
