@@ -30,7 +30,8 @@ type R<T> = Result<T, StepError>;
 /// Build the whole filesystem view and enter it. On return, `/` is the sandbox root.
 pub fn build(plan: &MountPlan) -> R<()> {
     build_base(plan)?;
-    build_ops(plan)
+    let done = build_ops_before_persistence(plan)?;
+    build_ops(plan, done)
 }
 
 /// The part of [`build`] that depends on no path of the plan: the staging root, the root
@@ -76,10 +77,26 @@ pub fn build_base(plan: &MountPlan) -> R<()> {
     mount_dev(plan.shm_size)
 }
 
-/// The rest of [`build`], after [`build_base`]: the plan's mounts in order, then the pivot
-/// into the new root.
-pub fn build_ops(plan: &MountPlan) -> R<()> {
-    for op in &plan.ops {
+/// After [`build_base`], the plan's mounts that come before the persistence binds' place
+/// ([`MountOp::PersistenceBinds`]; all of them when it has none): they need nothing from the
+/// supervisor, so a launch makes them while the binds are on their way. Returns how many were
+/// made.
+pub fn build_ops_before_persistence(plan: &MountPlan) -> R<usize> {
+    let before = plan
+        .ops
+        .iter()
+        .position(|op| *op == MountOp::PersistenceBinds)
+        .unwrap_or(plan.ops.len());
+    for op in &plan.ops[..before] {
+        apply(op, &plan.attach)?;
+    }
+    Ok(before)
+}
+
+/// The rest of [`build`]: the plan's mounts from `from` on, in order, then the pivot into the
+/// new root.
+pub fn build_ops(plan: &MountPlan, from: usize) -> R<()> {
+    for op in plan.ops.iter().skip(from) {
         apply(op, &plan.attach)?;
     }
     if !plan.host_root {

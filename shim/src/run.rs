@@ -249,11 +249,12 @@ fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepE
         inherited_env::wipe().at(Step::Internal)?;
         identity::drop_bounding()?;
         set_hostname(&spec.hostname)?;
-        // What no path of the plan decides goes first: the persistence binds may still be on
+        // What does not depend on the persistence binds goes first: they may still be on
         // their way from the supervisor.
         mounts::build_base(&spec.mounts)?;
+        let done = mounts::build_ops_before_persistence(&spec.mounts)?;
         receive_persistence(sync, spec)?;
-        mounts::build_ops(&spec.mounts)
+        mounts::build_ops(&spec.mounts, done)
     };
     if spec.network == NetworkSpec::Full {
         build(spec)?;
@@ -427,7 +428,8 @@ pub fn describe(failure: &Failure) -> String {
 /// A launch plans the persistence protections after the clone (they cost a few hundred
 /// microseconds of lookups on the host, which overlap the shim's network setup this way): wait
 /// for them where the plan holds their place. The binds go in that place; the create guard's
-/// model replaces the spec's. A supervisor gone or a message of another kind: nothing is built.
+/// model replaces the spec's. A supervisor gone or a message of another kind: nothing more is
+/// built.
 fn receive_persistence(sync: RawFd, spec: &mut SandboxSpec) -> Result<(), StepError> {
     let ops = &mut spec.mounts.ops;
     let Some(at) = ops

@@ -1,8 +1,9 @@
 //! The persistence part of the layout: the create guard's rules and the read-only binds of the
 //! protected paths that exist. Planned at once for `check` and a nested launch; a launch plans
 //! it after the clone (`sandbox::prepare` with `defer_persistence`): its few hundred host
-//! lookups then overlap the shim's network setup, and the shim, which holds the binds' place
-//! in the mount list (`MountOp::PersistenceBinds`), mounts nothing until they arrive.
+//! lookups then overlap the shim's network setup and first mounts, and the shim, which holds
+//! the binds' place in the mount list (`MountOp::PersistenceBinds`), makes the mounts before
+//! that place meanwhile and none after it until they arrive.
 
 use std::path::PathBuf;
 
