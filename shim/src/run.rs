@@ -264,6 +264,7 @@ fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepE
     let thread = std::thread::Builder::new()
         .stack_size(NETWORK_STACK)
         .spawn(move || {
+            yield_to_the_plan();
             let set_up =
                 network::enter_new().and_then(|ns| setup_network(sync, &network).map(|t| (t, ns)));
             // SAFETY: gettid has no preconditions.
@@ -287,6 +288,16 @@ fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepE
     // (verification checks that it sees only `lo` there).
     network::join(&ns)?;
     built.map(|()| transparent)
+}
+
+/// The network's thread runs at a lower priority: what it makes is needed last (when init
+/// joins it, after the mounts), while the supervisor's persistence plan, with which it shares a
+/// CPU (see [`beside_this_one`]), is needed first (init waits for it halfway through the
+/// mounts). Only a matter of speed: the thread ends before the program starts, and a refusal
+/// changes nothing.
+fn yield_to_the_plan() {
+    // SAFETY: setpriority on the calling thread (who = 0), with a constant value.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
 }
 
 /// The network's thread needs little stack (sockets and netlink messages).
