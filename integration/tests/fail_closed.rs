@@ -228,6 +228,32 @@ fn a_failing_network_setup_is_refused() {
     }
 }
 
+/// The network namespace is made by init's network thread (unshare), not in the clone: a
+/// refused one (here: the limit of network namespaces reached) stops the launch at the
+/// namespaces' step, with the limit to raise, in both network modes that have one.
+#[test]
+fn a_network_namespace_that_cannot_be_made_is_refused() {
+    for caller in CALLERS {
+        let work = TempDir::new("nonetns");
+        for mode in ["none", "restricted"] {
+            let opts = ["--network", mode];
+            let out = launch_under(
+                caller,
+                &work.path,
+                &["--deny-clone-flags", "0x40000000=ENOSPC"],
+                &opts,
+            );
+            assert_refused(caller, &work, &out, 112, &["network namespace"]);
+            assert!(
+                stderr(&out).contains("user.max_net_namespaces"),
+                "{caller:?} {mode}: {}",
+                explain(&out)
+            );
+            assert_runs(caller, &work, &opts);
+        }
+    }
+}
+
 /// The persistence protections are planned while the sandbox sets up its network and sent to
 /// it; when they cannot be sent (the launcher's send on the sync socket fails), nothing is
 /// mounted and the program never runs.
@@ -343,10 +369,12 @@ fn a_failing_create_guard_is_refused() {
 #[test]
 fn a_create_guard_thread_that_cannot_set_itself_up_is_refused() {
     // The guard's thread of init takes a working directory and umask of its own
-    // (unshare(CLONE_FS)) before it installs its filter; when that fails, nothing runs.
+    // (unshare(CLONE_FS)) before it installs its filter; when that fails, nothing runs. Only
+    // that unshare fails (init's network thread makes its namespace with another).
+    let fault = format!("unshare:{}=EPERM", libc::CLONE_FS);
     for caller in CALLERS {
         let work = TempDir::new("guardthread");
-        let out = launch_under(caller, &work.path, &["--errno", "unshare=EPERM"], &[]);
+        let out = launch_under(caller, &work.path, &["--errno-if-arg0", &fault], &[]);
         assert_refused(caller, &work, &out, 117, &["create guard"]);
         assert!(stderr(&out).contains("unshare"), "{}", explain(&out));
         assert_runs(caller, &work, &[]);
