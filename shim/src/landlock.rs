@@ -4,7 +4,7 @@
 
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use nix::errno::Errno;
 use serde::Serialize;
@@ -62,12 +62,27 @@ pub fn abi_enum(v: i32) -> ABI {
     }
 }
 
+/// A ruleset made and filled, not yet applied ([`Ready::restrict_self`]).
+pub struct Ready {
+    /// None: no Landlock here, and best effort allows that.
+    created: Option<RulesetCreated>,
+    hard: bool,
+    facts: LandlockFacts,
+}
+
 /// Apply the ruleset to this process (and so to everything it will start). Best-effort
 /// downgrades are appended to `warnings`.
 pub fn restrict(
     spec: &LandlockSpec,
     warnings: &mut Vec<String>,
 ) -> Result<LandlockFacts, StepError> {
+    prepare(spec, warnings)?.restrict_self(warnings)
+}
+
+/// Make the ruleset and add every rule of `spec`, without applying it: init does this while
+/// its network's thread ends, and applies it once its privileges are dropped. Best-effort
+/// downgrades are appended to `warnings`.
+pub fn prepare(spec: &LandlockSpec, warnings: &mut Vec<String>) -> Result<Ready, StepError> {
     let hard = spec.compat == Compat::HardRequirement;
     let abi_num = match kernel_abi() {
         Ok(v) => v,
@@ -92,13 +107,17 @@ pub fn restrict(
             warnings.push(format!(
                 "Landlock not enforced: {why} (compatibility: best_effort)"
             ));
-            return Ok(LandlockFacts {
-                abi: 0,
-                enforced: false,
-                scoped: false,
-                tcp_restricted: false,
-                reads_handled: false,
-                skipped_paths: Vec::new(),
+            return Ok(Ready {
+                created: None,
+                hard,
+                facts: LandlockFacts {
+                    abi: 0,
+                    enforced: false,
+                    scoped: false,
+                    tcp_restricted: false,
+                    reads_handled: false,
+                    skipped_paths: Vec::new(),
+                },
             });
         }
     };
@@ -223,8 +242,45 @@ pub fn restrict(
             .add_rule(PathBeneath::new(pfd, access))
             .at(Step::Landlock)?;
     }
-    let status = created.restrict_self().at(Step::Landlock)?;
-    let enforced = match status.ruleset {
+    Ok(Ready {
+        created: Some(created),
+        hard,
+        facts: LandlockFacts {
+            abi: abi_num,
+            enforced: false,
+            scoped,
+            tcp_restricted,
+            reads_handled: !reads_everywhere,
+            skipped_paths: skipped,
+        },
+    })
+}
+
+impl Ready {
+    /// Apply the ruleset to this thread (init's main thread, alone by then) and so to
+    /// everything it will start.
+    pub fn restrict_self(self, warnings: &mut Vec<String>) -> Result<LandlockFacts, StepError> {
+        let Ready {
+            created,
+            hard,
+            mut facts,
+        } = self;
+        let Some(created) = created else {
+            return Ok(facts);
+        };
+        let status = created.restrict_self().at(Step::Landlock)?;
+        facts.enforced = enforced(status.ruleset, hard, warnings)?;
+        Ok(facts)
+    }
+}
+
+/// Whether the ruleset is enforced, as the kernel says and the compatibility allows.
+fn enforced(
+    status: RulesetStatus,
+    hard: bool,
+    warnings: &mut Vec<String>,
+) -> Result<bool, StepError> {
+    let enforced = match status {
         RulesetStatus::FullyEnforced => true,
         RulesetStatus::PartiallyEnforced if !hard => {
             warnings.push("Landlock only partially enforced (compatibility: best_effort)".into());
@@ -244,12 +300,5 @@ pub fn restrict(
             ))
         }
     };
-    Ok(LandlockFacts {
-        abi: abi_num,
-        enforced,
-        scoped,
-        tcp_restricted,
-        reads_handled: !reads_everywhere,
-        skipped_paths: skipped,
-    })
+    Ok(enforced)
 }

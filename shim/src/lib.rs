@@ -12,6 +12,7 @@ pub mod landlock;
 pub mod mounts;
 pub mod netlink;
 pub mod network;
+pub mod network_thread;
 mod persist_wire;
 pub mod placed;
 pub mod run;

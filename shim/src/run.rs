@@ -1,16 +1,16 @@
 //! The shim's pipeline, in order: receive the spec, close stray descriptors, hostname, network
-//! and mounts (side by side), privileges, Landlock, seccomp, verification, then start the target
-//! and be its init.
+//! and mounts (side by side, see `network_thread`), privileges, Landlock, seccomp,
+//! verification, then start the target and be its init.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use seccompiler::BpfProgram;
 
 use crate::channel::{self, AtStep, Failure, FromShim, Step, StepError};
-use crate::spec::{NetworkSpec, SandboxSpec, Transparent};
+use crate::spec::SandboxSpec;
 use crate::{
-    confinement, create_guard, egress, identity, inherited_env, init, landlock, mounts, network,
+    confinement, create_guard, identity, inherited_env, init, landlock, mounts, network_thread,
     seccomp, sys, verify,
 };
 
@@ -44,44 +44,57 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     close_stray_fds(sync, &keep).at(Step::Internal)?;
     let mut warnings = Vec::new();
 
-    let transparent = network_and_mounts(sync, &mut spec)?;
-    // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
-    // cannot start, which narrows nothing away: reported, not fatal.
+    let mut network = network_thread::start(sync, &spec.network)?;
+    if let Err(e) = build(sync, &mut spec) {
+        return Err(network.first_failure(e));
+    }
+    // Until the network's thread is joined, what needs neither the network nor lesser
+    // privileges: the namespace is entered as soon as it exists (the nested sandboxes' socket
+    // is made in it), the Landlock ruleset is made ready.
     let mut landlock_spec = spec.landlock.clone();
-    let nest_socket = match create_guard::nested::bind(std::path::Path::new("/")) {
-        Ok(sock) => {
-            // Connecting to it is a Landlock right of its own from ABI 9 (unix sockets).
-            landlock_spec.rules.push(crate::spec::LandlockRule {
-                path: create_guard::nested::SOCKET.into(),
-                access: crate::spec::Access::Write,
-            });
-            Some(sock)
-        }
-        Err(e) => {
-            warnings.push(format!(
+    let mut nest_socket = None;
+    let meanwhile = (|| {
+        network.enter()?;
+        // Nested sandboxes register here (see `create_guard::nested`). Without the socket they
+        // cannot start, which narrows nothing away: reported, not fatal.
+        match create_guard::nested::bind(std::path::Path::new("/")) {
+            Ok(sock) => {
+                // Connecting to it is a Landlock right of its own from ABI 9 (unix sockets).
+                landlock_spec.rules.push(crate::spec::LandlockRule {
+                    path: create_guard::nested::SOCKET.into(),
+                    access: crate::spec::Access::Write,
+                });
+                nest_socket = Some(sock);
+            }
+            Err(e) => warnings.push(format!(
                 "a sandbox-launch inside this sandbox cannot start: its registration socket \
                  {} could not be made ({e})",
                 create_guard::nested::SOCKET
-            ));
-            None
+            )),
         }
+        for fd in &attached {
+            // SAFETY: the trees' descriptors, used by the mounts and no longer needed.
+            unsafe { libc::close(*fd) };
+        }
+        sys::chdir(&spec.cwd).at_hint(
+            Step::Mounts,
+            "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
+        )?;
+        if let Some(s) = &spec.host_sockets {
+            let nest = std::path::Path::new(create_guard::nested::SOCKET);
+            let inits_own: &[&std::path::Path] = if nest_socket.is_some() { &[nest] } else { &[] };
+            create_guard::host_sockets::init(s, inits_own).at(Step::Mounts)?;
+        }
+        landlock::prepare(&landlock_spec, &mut warnings)
+    })();
+    let landlock_ready = match meanwhile {
+        Ok(ready) => ready,
+        Err(e) => return Err(network.first_failure(e)),
     };
-    for fd in attached {
-        // SAFETY: the trees' descriptors, used by the mounts and no longer needed.
-        unsafe { libc::close(fd) };
-    }
-    sys::chdir(&spec.cwd).at_hint(
-        Step::Mounts,
-        "the working directory is not inside the sandbox; add it to the policy (include_workdir) or pass --cwd",
-    )?;
-    if let Some(s) = &spec.host_sockets {
-        let nest = std::path::Path::new(create_guard::nested::SOCKET);
-        let inits_own: &[&std::path::Path] = if nest_socket.is_some() { &[nest] } else { &[] };
-        create_guard::host_sockets::init(s, inits_own).at(Step::Mounts)?;
-    }
+    let transparent = network.finish()?;
     let guarded = !spec.persist.is_empty() || spec.host_sockets.is_some();
     identity::drop_privileges(core_hard_limit(&spec), guarded)?;
-    let landlock = landlock::restrict(&landlock_spec, &mut warnings)?;
+    let landlock = landlock_ready.restrict_self(&mut warnings)?;
 
     // The target is started now (a clone into init's memory, see `crate::spawn`), held until
     // everything is verified: it is PID 2, shares the privileges and the Landlock domain, and
@@ -233,177 +246,18 @@ fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
     channel::send(sync, msg, &[]).at(Step::Internal)
 }
 
-/// The network namespace and the mount tree, side by side: the network (a namespace of its own,
-/// made here rather than in the clone, and what it holds) on a thread of its own,
-/// the persistence plan (which the launcher makes meanwhile) and the mounts on this one. Neither
-/// reads what the other makes (the network side uses sockets and netlink, no path), and the
-/// thread has ended before anything is set per thread (credentials, Landlock, seccomp), so no
-/// part of init ever runs with less confinement than the rest. The thread starts first (with
-/// restricted egress it is the longer side): this one wipes the inherited environment, empties
-/// its bounding set and names the host meanwhile. The thread keeps the bounding set it was
-/// started with: it limits only what an exec could gain, and the thread never execs and is gone
-/// before the program starts. Failures are reported in the pipeline's order: the network's
-/// first. Returns whether transparent egress is in place.
-fn network_and_mounts(sync: RawFd, spec: &mut SandboxSpec) -> Result<bool, StepError> {
-    let build = |spec: &mut SandboxSpec| {
-        inherited_env::wipe().at(Step::Internal)?;
-        identity::drop_bounding()?;
-        set_hostname(&spec.hostname)?;
-        // What does not depend on the persistence binds goes first: they may still be on
-        // their way from the supervisor.
-        mounts::build_base(&spec.mounts)?;
-        let done = mounts::build_ops_before_persistence(&spec.mounts)?;
-        receive_persistence(sync, spec)?;
-        mounts::build_ops(&spec.mounts, done)
-    };
-    if spec.network == NetworkSpec::Full {
-        build(spec)?;
-        return Ok(false);
-    }
-    let network = spec.network.clone();
-    let thread = std::thread::Builder::new()
-        .stack_size(NETWORK_STACK)
-        .spawn(move || {
-            yield_to_the_plan();
-            let set_up =
-                network::enter_new().and_then(|ns| setup_network(sync, &network).map(|t| (t, ns)));
-            // SAFETY: gettid has no preconditions.
-            (unsafe { libc::gettid() }, set_up)
-        });
-    let Ok(thread) = thread else {
-        // No thread to be had: one after the other, in this thread's own namespace.
-        network::enter_new()?;
-        let transparent = setup_network(sync, &spec.network)?;
-        build(spec)?;
-        return Ok(transparent);
-    };
-    beside_this_one(std::os::unix::thread::JoinHandleExt::as_pthread_t(&thread));
-    let built = build(spec);
-    let (tid, set_up) = thread
-        .join()
-        .map_err(|_| StepError::new(Step::Network, "the network setup's thread panicked", None))?;
-    give_back_pid(tid);
-    let (transparent, ns) = set_up?;
-    // This thread, which forks the program, joins the namespace the network's thread made
-    // (verification checks that it sees only `lo` there).
-    network::join(&ns)?;
-    built.map(|()| transparent)
-}
-
-/// The network's thread runs at a lower priority: what it makes is needed last (when init
-/// joins it, after the mounts), while the supervisor's persistence plan, with which it shares a
-/// CPU (see [`beside_this_one`]), is needed first (init waits for it halfway through the
-/// mounts). Only a matter of speed: the thread ends before the program starts, and a refusal
-/// changes nothing.
-fn yield_to_the_plan() {
-    // SAFETY: setpriority on the calling thread (who = 0), with a constant value.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
-}
-
-/// The network's thread needs little stack (sockets and netlink messages).
-const NETWORK_STACK: usize = 256 * 1024;
-
-/// Have the thread `t` run on another CPU than the calling one, now: a new thread is queued
-/// where the scheduler finds room, often behind the thread that made it, which does not sleep
-/// here (it builds the mount tree) while another CPU idles or only waits for the supervisor.
-/// The second call gives it back exactly the CPUs it had. Only a matter of speed: if either
-/// call fails, nothing else depends on it.
-fn beside_this_one(t: libc::pthread_t) {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: cpu_set_t is plain data (all zeroes is the empty set); every call gets a valid
-    // set of `size` bytes; `t` is a live thread of this process (joined later).
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::pthread_getaffinity_np(t, size, &mut allowed) != 0 || libc::CPU_COUNT(&allowed) < 2
-        {
-            return;
-        }
-        let Ok(here) = usize::try_from(libc::sched_getcpu()) else {
-            return;
-        };
-        if !libc::CPU_ISSET(here, &allowed) {
-            return;
-        }
-        let mut elsewhere = allowed;
-        libc::CPU_CLR(here, &mut elsewhere);
-        if libc::pthread_setaffinity_np(t, size, &elsewhere) == 0 {
-            libc::pthread_setaffinity_np(t, size, &allowed);
-        }
-    }
-}
-
-/// The network's thread took the namespace's next PID, 2, which is the program's (README): once
-/// the thread is gone, the next PID is 2 again. The join returns when the thread has released
-/// its memory, a little before the kernel frees its id: that is waited for first. Nothing
-/// depends on the number but what the program sees (`$$`); it is never a reason to stop.
-fn give_back_pid(tid: libc::pid_t) {
-    for _ in 0..10_000 {
-        // SAFETY: signal 0 to a thread of this process only asks whether it still exists.
-        let ret = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) };
-        if ret != 0 && nix::errno::Errno::last() == nix::errno::Errno::ESRCH {
-            break;
-        }
-        std::thread::yield_now();
-    }
-    // Writable by the namespace's owner: init, still privileged here.
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/sys/kernel/ns_last_pid")
-    {
-        let _ = std::io::Write::write_all(&mut f, b"1");
-    }
-}
-
-/// Returns whether transparent egress is in place.
-fn setup_network(sync: RawFd, network: &NetworkSpec) -> Result<bool, StepError> {
-    match network {
-        NetworkSpec::Full => Ok(false),
-        NetworkSpec::None => network::loopback_up().map(|()| false),
-        NetworkSpec::Restricted {
-            listen_ports,
-            transparent,
-        } => {
-            network::loopback_up()?;
-            let listeners = network::listeners(listen_ports)?;
-            let mut fds: Vec<RawFd> = listeners.iter().map(|l| l.as_raw_fd()).collect();
-            let mut extra = None;
-            if let Some(t) = transparent {
-                match transparent_egress(t) {
-                    Ok(sockets) => extra = Some(sockets),
-                    Err(e) => send(
-                        sync,
-                        &FromShim::Warning {
-                            text: format!(
-                                "transparent egress is not available ({e}); only programs that use the proxy variables can reach allowed hosts (`sandbox-launch doctor` says what this host lacks)"
-                            ),
-                        },
-                    )?,
-                }
-            }
-            if let Some((tcp, dns)) = &extra {
-                fds.extend([tcp.as_raw_fd(), dns.as_raw_fd()]);
-            }
-            // Last, when the kernel gives one: a sock_diag socket of this namespace, with which
-            // the proxy finds the socket behind a connection by its addresses.
-            let diag = network::sock_diag().ok();
-            fds.extend(diag.as_ref().map(|d| d.as_raw_fd()));
-            let msg = FromShim::Listeners {
-                transparent: extra.is_some(),
-            };
-            channel::send(sync, &msg, &fds).at(Step::Network)?;
-            Ok(extra.is_some())
-        }
-    }
-}
-
-/// The transparent listener, the DNS stub's socket, and the redirect to them.
-fn transparent_egress(
-    t: &Transparent,
-) -> Result<(std::net::TcpListener, std::net::UdpSocket), StepError> {
-    let tcp = network::listeners(&[t.tcp_port])?.remove(0);
-    let dns = network::dns_socket(t.dns_port)?;
-    egress::install(t.tcp_port, t.dns_port).at(Step::Network)?;
-    Ok((tcp, dns))
+/// Init's side of the setup before the network's thread is joined: the inherited environment
+/// wiped, the bounding set emptied, the host named, and the mount tree built and entered (what
+/// does not depend on the persistence binds first: they may still be on their way from the
+/// supervisor).
+fn build(sync: RawFd, spec: &mut SandboxSpec) -> Result<(), StepError> {
+    inherited_env::wipe().at(Step::Internal)?;
+    identity::drop_bounding()?;
+    set_hostname(&spec.hostname)?;
+    mounts::build_base(&spec.mounts)?;
+    let done = mounts::build_ops_before_persistence(&spec.mounts)?;
+    receive_persistence(sync, spec)?;
+    mounts::build_ops(&spec.mounts, done)
 }
 
 /// Only stdin, stdout, stderr, the sync socket and the descriptors named explicitly cross into
