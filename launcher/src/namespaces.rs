@@ -158,34 +158,11 @@ pub fn spawn_shim(
     Ok(shim)
 }
 
-/// Have the child run on another CPU than this one, now. The supervisor goes on working right
-/// after the clone (it plans the persistence protections), and a new or just-woken task is
-/// queued where the scheduler finds room — often behind its parent: on a virtual machine an
-/// idle vCPU looks preempted to the guest, so the child waited for the supervisor's CPU for
-/// 0.3-0.5 ms while another one idled. Narrowing its CPUs to the others moves it at once; the
-/// second call gives it back exactly the CPUs it had (it stays where it now is). Only a matter
-/// of speed: if either call fails, nothing else depends on it.
+/// Have the child run on another CPU than this one, now (`shim::cpus`): the supervisor goes on
+/// working right after the clone (it plans the persistence protections), and the child waited
+/// for the supervisor's CPU for 0.3-0.5 ms while another one idled.
 fn run_elsewhere(pid: libc::pid_t) {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: cpu_set_t is plain data (all zeroes is the empty set); every call gets a valid
-    // set of `size` bytes; the process is our own child.
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(pid, size, &mut allowed) != 0 || libc::CPU_COUNT(&allowed) < 2 {
-            return;
-        }
-        let Ok(here) = usize::try_from(libc::sched_getcpu()) else {
-            return;
-        };
-        if !libc::CPU_ISSET(here, &allowed) {
-            return;
-        }
-        let mut elsewhere = allowed;
-        libc::CPU_CLR(here, &mut elsewhere);
-        if libc::sched_setaffinity(pid, size, &elsewhere) == 0 {
-            libc::sched_setaffinity(pid, size, &allowed);
-        }
-    }
+    shim::cpus::move_process(pid);
 }
 
 /// # Safety

@@ -3,6 +3,7 @@
 
 pub mod channel;
 pub mod confinement;
+pub mod cpus;
 pub mod create_guard;
 pub mod egress;
 pub mod identity;

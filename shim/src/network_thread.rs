@@ -69,7 +69,8 @@ pub fn start(sync: RawFd, network: &NetworkSpec) -> Result<Network, StepError> {
             state: State::Done(setup(sync, network)?),
         });
     };
-    beside_this_one(std::os::unix::thread::JoinHandleExt::as_pthread_t(&handle));
+    // Not behind this thread, which does not sleep while it builds the mount tree.
+    crate::cpus::move_thread(std::os::unix::thread::JoinHandleExt::as_pthread_t(&handle));
     Ok(Network {
         state: State::Thread {
             handle,
@@ -137,7 +138,7 @@ impl Network {
 /// The network's thread runs at a lower priority: what it makes is needed late (when init
 /// enters the namespace after its mounts, and joins the thread before its privileges are
 /// dropped), while the supervisor's persistence plan, with which it shares a CPU (see
-/// [`beside_this_one`]), is needed first (init waits for it halfway through the mounts). Only a
+/// [`crate::cpus`]), is needed first (init waits for it halfway through the mounts). Only a
 /// matter of speed: the thread ends before the program starts, and a refusal changes nothing.
 fn yield_to_the_plan() {
     // SAFETY: setpriority on the calling thread (who = 0), with a constant value.
@@ -146,35 +147,6 @@ fn yield_to_the_plan() {
 
 /// The network's thread needs little stack (sockets and netlink messages).
 const NETWORK_STACK: usize = 256 * 1024;
-
-/// Have the thread `t` run on another CPU than the calling one, now: a new thread is queued
-/// where the scheduler finds room, often behind the thread that made it, which does not sleep
-/// here (it builds the mount tree) while another CPU idles or only waits for the supervisor.
-/// The second call gives it back exactly the CPUs it had. Only a matter of speed: if either
-/// call fails, nothing else depends on it.
-fn beside_this_one(t: libc::pthread_t) {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: cpu_set_t is plain data (all zeroes is the empty set); every call gets a valid
-    // set of `size` bytes; `t` is a live thread of this process (joined later).
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::pthread_getaffinity_np(t, size, &mut allowed) != 0 || libc::CPU_COUNT(&allowed) < 2
-        {
-            return;
-        }
-        let Ok(here) = usize::try_from(libc::sched_getcpu()) else {
-            return;
-        };
-        if !libc::CPU_ISSET(here, &allowed) {
-            return;
-        }
-        let mut elsewhere = allowed;
-        libc::CPU_CLR(here, &mut elsewhere);
-        if libc::pthread_setaffinity_np(t, size, &elsewhere) == 0 {
-            libc::pthread_setaffinity_np(t, size, &allowed);
-        }
-    }
-}
 
 /// The network's thread took the namespace's next PID, 2, which is the program's (README): once
 /// the thread is gone, the next PID is 2 again. The join returns when the thread has released
