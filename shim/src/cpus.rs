@@ -8,19 +8,21 @@ const SIZE: usize = std::mem::size_of::<libc::cpu_set_t>();
 /// Narrow the process (or thread) `pid`'s CPUs to the others than the caller's, then give it
 /// back exactly the CPUs it had: it moves, and stays where it now is.
 pub fn move_process(pid: libc::pid_t) {
-    // SAFETY (both closures): sched_*affinity with a valid set of SIZE bytes.
     move_off_this_cpu(
+        // SAFETY: sched_getaffinity into a valid set of SIZE bytes.
         |set| unsafe { libc::sched_getaffinity(pid, SIZE, set) } == 0,
+        // SAFETY: sched_setaffinity from a valid set of SIZE bytes.
         |set| unsafe { libc::sched_setaffinity(pid, SIZE, set) } == 0,
     );
 }
 
 /// The same for the thread `t` of this process.
 pub fn move_thread(t: libc::pthread_t) {
-    // SAFETY (both closures): pthread_*affinity_np on a live thread of this process (its caller
-    // holds its handle) with a valid set of SIZE bytes.
     move_off_this_cpu(
+        // SAFETY: a live thread of this process (the caller holds its handle); a valid set of
+        // SIZE bytes.
         |set| unsafe { libc::pthread_getaffinity_np(t, SIZE, set) } == 0,
+        // SAFETY: as above.
         |set| unsafe { libc::pthread_setaffinity_np(t, SIZE, set) } == 0,
     );
 }

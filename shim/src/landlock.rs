@@ -62,21 +62,12 @@ pub fn abi_enum(v: i32) -> ABI {
     }
 }
 
-/// A ruleset made and filled, not yet applied ([`Ready::restrict_self`]).
+/// A ruleset made and filled ([`prepare`]), not yet applied ([`Ready::restrict_self`]).
 pub struct Ready {
     /// None: no Landlock here, and best effort allows that.
     created: Option<RulesetCreated>,
     hard: bool,
     facts: LandlockFacts,
-}
-
-/// Apply the ruleset to this process (and so to everything it will start). Best-effort
-/// downgrades are appended to `warnings`.
-pub fn restrict(
-    spec: &LandlockSpec,
-    warnings: &mut Vec<String>,
-) -> Result<LandlockFacts, StepError> {
-    prepare(spec, warnings)?.restrict_self(warnings)
 }
 
 /// Make the ruleset and add every rule of `spec`, without applying it: init does this while
