@@ -6,6 +6,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::policy::model::{MountKind, NetworkMode};
 
+mod fast;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "sandbox-launch",
@@ -46,9 +48,15 @@ struct WholeProcessOnly {
 }
 
 /// The command line `args` (with the program's name first), as [`Cli`] parses it; exits with
-/// clap's message for a command line it does not accept (or for `--help`).
+/// clap's message for a command line it does not accept (or for `--help`). An ordinary
+/// `whole-process` line is read by [`fast`], without building clap's command.
 pub fn parse(args: &[String]) -> Cli {
     if args.get(1).map(String::as_str) == Some("whole-process") {
+        if let Some(w) = fast::parse(&args[2..]) {
+            return Cli {
+                command: Command::WholeProcess(w),
+            };
+        }
         if let Ok(w) = WholeProcessOnly::try_parse_from(&args[1..]) {
             return Cli {
                 command: Command::WholeProcess(w.args),
