@@ -677,7 +677,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         );
         eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
-    // Filled by the deferred plan, stamped once that has gone to the shim (`on_spawn`).
+    // Filled by the deferred plan, stamped once the shim has said something (`meanwhile`).
     let watch = RefCell::new(persistence::watch::Watch::new(
         prepared.unprotected_missing.clone(),
     ));
@@ -716,14 +716,14 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         around_clone: Some(&birth),
         timeout,
         on_spawn: Some(Box::new(|pid| {
-            // While the shim sets the sandbox up.
-            watch.borrow_mut().stamp();
             let (listener, watcher, live) = live?;
             live.set_shim(pid);
             control::on_demand(listener, watcher, live)
         })),
         prompts: fs_prompts,
         deferred,
+        // Racing the program is fine (see `Watch::stamp`).
+        meanwhile: Some(Box::new(|| watch.borrow_mut().stamp())),
     });
     events.feed().finish(std::time::Duration::from_millis(500));
     drop(registration);

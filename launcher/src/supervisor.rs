@@ -30,6 +30,10 @@ pub type OnSpawn<'a> = Box<dyn FnOnce(libc::pid_t) -> Option<OnDemand> + 'a>;
 /// it before it mounts anything.
 pub type Deferred<'a> = Box<dyn FnOnce() -> DeferredPlan + 'a>;
 
+/// Work the launcher does once the shim has said something (its first message, see
+/// [`Launch::meanwhile`]).
+pub type Meanwhile<'a> = Box<dyn FnOnce() + 'a>;
+
 /// What a [`Deferred`] step gives: the message for the shim and what the user must be told.
 pub struct DeferredPlan {
     pub message: channel::PersistencePlan,
@@ -78,6 +82,12 @@ pub struct Launch<'a> {
     pub prompts: Option<Arc<Prompts>>,
     /// Planned after the clone and sent to the shim.
     pub deferred: Option<Deferred<'a>>,
+    /// Work that must not wait for the program but need not come before it either, done when
+    /// the shim's first message arrives: by then the shim's network thread, which shares this
+    /// process's CPU until it ends (see `shim::network_thread`), has ended, and the rest of the
+    /// shim's setup runs on its own CPU. Done earlier, it held the network thread back, and the
+    /// program with it.
+    pub meanwhile: Option<Meanwhile<'a>>,
 }
 
 /// Report a failure: one line on stderr and a JSON status; returns the exit code.
@@ -108,6 +118,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         on_spawn,
         prompts,
         deferred,
+        meanwhile,
     } = launch;
     let launch = Launch {
         spec,
@@ -121,6 +132,7 @@ pub fn run(launch: Launch<'_>) -> i32 {
         on_spawn,
         prompts,
         deferred,
+        meanwhile,
     };
     match drive(launch) {
         Ok(code) => code,
@@ -195,7 +207,12 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
         .collect();
     loop {
         let msg = match channel::recv::<FromShim>(sync) {
-            Ok(Some(m)) => m,
+            Ok(Some(m)) => {
+                if let Some(work) = launch.meanwhile.take() {
+                    work();
+                }
+                m
+            }
             Ok(None) | Err(_) => {
                 // The shim went away without a word: it died before it could report.
                 let code = wait_exit(shim_proc.pid);

@@ -41,6 +41,7 @@ pub fn launch(args: &SandboxArgs) -> Check {
             on_spawn: None,
             prompts: None,
             deferred: None,
+            meanwhile: None,
         });
         if let Some(c) = birth.cgroups {
             crate::limits::finish_cgroups(c, &mut status);
