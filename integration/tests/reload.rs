@@ -117,7 +117,7 @@ fn policy_set_and_allow_widen_a_running_sandbox() {
 }
 
 /// Inside: a CONNECT tunnel through the proxy to the echo server, pinged every 0.1 s until it
-/// closes; then a new tunnel is tried.
+/// closes (the number of pings answered so far in `pings`); then a new tunnel is tried.
 const TUNNEL: &str = r#"
 import socket, sys, time, os
 port = sys.argv[1]
@@ -141,6 +141,9 @@ try:
         got = s.recv(100)
         if not got:
             raise OSError("eof")
+        with open("pings.tmp", "w") as f:
+            f.write(str(n))
+        os.rename("pings.tmp", "pings")
         if n == 3:
             open("tunnel-up", "w").close()
         time.sleep(0.1)
@@ -204,7 +207,22 @@ fn a_narrowing_reload_closes_an_open_tunnel_and_a_static_change_is_refused() {
             "{}",
             explain(&out)
         );
-        std::thread::sleep(Duration::from_millis(500));
+        // The tunnel lives on through the refused reload: two more pings answered after it.
+        let answered = || -> u32 {
+            std::fs::read_to_string(work.join("pings"))
+                .ok()
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let after_refusal = answered();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while answered() < after_refusal + 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{caller:?}: the tunnel stopped after the refused reload ({after_refusal} pings)"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // Narrow: the open tunnel is closed.
         let narrow = work.join("narrow.yaml");
         let out = ctl(
@@ -226,8 +244,11 @@ fn a_narrowing_reload_closes_an_open_tunnel_and_a_static_change_is_refused() {
             .and_then(|r| r.split(' ').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{caller:?}: the tunnel stayed open: {}", explain(&out)));
-        // It lived through the refused reload (half a second of pings) first.
-        assert!(closed_after > 6, "{caller:?}: closed after {closed_after}");
+        // It was closed by the narrowing, not before: it had lived through the refused reload.
+        assert!(
+            closed_after > after_refusal + 2,
+            "{caller:?}: closed after {closed_after}, {after_refusal} pings at the refusal"
+        );
         assert!(
             text.contains("new tunnel: HTTP/1.1 403"),
             "{caller:?}: {text}"
