@@ -50,7 +50,8 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     }
     // Until the network's thread is joined, what needs neither the network nor lesser
     // privileges: the namespace is entered as soon as it exists (the nested sandboxes' socket
-    // is made in it), the Landlock ruleset is made ready.
+    // is made in it), the Landlock ruleset is made ready, and what nothing of init changes
+    // any more is verified (the mount tree, the hostname: see `verify::settled`).
     let mut landlock_spec = spec.landlock.clone();
     let mut nest_socket = None;
     let meanwhile = (|| {
@@ -85,9 +86,10 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
             let inits_own: &[&std::path::Path] = if nest_socket.is_some() { &[nest] } else { &[] };
             create_guard::host_sockets::init(s, inits_own).at(Step::Mounts)?;
         }
-        landlock::prepare(&landlock_spec, &mut warnings)
+        let ready = landlock::prepare(&landlock_spec, &mut warnings)?;
+        Ok((ready, verify::settled(&spec)?))
     })();
-    let landlock_ready = match meanwhile {
+    let (landlock_ready, settled) = match meanwhile {
         Ok(ready) => ready,
         Err(e) => return Err(network.first_failure(e)),
     };
@@ -166,7 +168,7 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     }
     // Init's own checks run while the guard's thread installs its filter; the thread is checked
     // once it says it is ready.
-    let mut facts = verify::verify(&spec, landlock, transparent)?;
+    let mut facts = verify::verify(&spec, settled, landlock, transparent)?;
     let guard_thread = guard_thread.map(|t| t.ready()).transpose()?;
     facts.guard_thread = guard_thread
         .as_ref()

@@ -244,8 +244,48 @@ fn unwritable(dir: &Path) -> Result<(), StepError> {
 /// `transparent`: the shim routed outbound traffic into `lo` for the redirect (transparent
 /// egress); otherwise there must be no route out at all. The create guard's thread, which sets
 /// itself up meanwhile, is checked on its own ([`verify_guard_thread`], into `guard_thread`).
+/// What is settled once init has entered the mount tree and named the host, and which nothing
+/// of init's changes afterwards (no mount, no name, no OOM score): checked while init waits for
+/// its network's thread to end, the rest by [`verify`] once every layer is in place.
+pub struct Settled {
+    hostname: String,
+    oom_score_adj: i32,
+}
+
+/// The hostname, the old root gone, the OOM score; see [`Settled`].
+pub fn settled(spec: &SandboxSpec) -> Result<Settled, StepError> {
+    let hostname = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if hostname != spec.hostname {
+        return Err(fail(format!(
+            "hostname is {hostname:?}, expected {:?}",
+            spec.hostname
+        )));
+    }
+    if old_root_reachable()? {
+        return Err(fail(
+            "the host's root is still mounted inside the sandbox".into(),
+        ));
+    }
+    let oom_score_adj = read_proc("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    if oom_score_adj != Some(spec.limits.oom_score_adj) {
+        return Err(fail(format!(
+            "oom_score_adj is {oom_score_adj:?}, expected {}",
+            spec.limits.oom_score_adj
+        )));
+    }
+    Ok(Settled {
+        hostname,
+        oom_score_adj: spec.limits.oom_score_adj,
+    })
+}
+
 pub fn verify(
     spec: &SandboxSpec,
+    settled: Settled,
     landlock: LandlockFacts,
     transparent: bool,
 ) -> Result<Facts, StepError> {
@@ -278,15 +318,10 @@ pub fn verify(
             spec.uid, spec.gid
         )));
     }
-    let hostname = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if hostname != spec.hostname {
-        return Err(fail(format!(
-            "hostname is {hostname:?}, expected {:?}",
-            spec.hostname
-        )));
-    }
+    let Settled {
+        hostname,
+        oom_score_adj,
+    } = settled;
     let landlock_write_probe = landlock_probe(&landlock)?;
     let network_interfaces = interfaces()?;
     let external = if spec.network == NetworkSpec::Full {
@@ -314,27 +349,12 @@ pub fn verify(
             }
         }
     };
-    if old_root_reachable()? {
-        return Err(fail(
-            "the host's root is still mounted inside the sandbox".into(),
-        ));
-    }
     for p in &spec.verify_unreadable {
         unreadable(p)?;
     }
     for d in &spec.verify_unwritable_dirs {
         unwritable(d)?;
     }
-    let oom_score_adj = read_proc("/proc/self/oom_score_adj")
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    if oom_score_adj != Some(spec.limits.oom_score_adj) {
-        return Err(fail(format!(
-            "oom_score_adj is {oom_score_adj:?}, expected {}",
-            spec.limits.oom_score_adj
-        )));
-    }
-    let oom_score_adj = spec.limits.oom_score_adj;
     Ok(Facts {
         seccomp_mode: status.seccomp,
         no_new_privs: status.nnp,
