@@ -77,13 +77,14 @@ def works(prefix, unpriv):
         return str(e)
     return None if p.returncode == 0 else (p.stderr.decode(errors="replace").strip().splitlines() or ["exit %d" % p.returncode])[-1]
 
-def hyperfine_times(cmd, unpriv, cwd=WORK, runs=RUNS):
+def hyperfine_times(cmd, unpriv, cwd=WORK, runs=RUNS, warmup=3):
     """Every run's wall time in ms of `cmd`, run by hyperfine (itself as the user, so no setpriv cost)."""
     out = tempfile.NamedTemporaryFile(dir=B, suffix=".json", delete=False)
     out.close()
     os.chmod(out.name, 0o666)
     quoted = " ".join(shlex_quote(c) for c in cmd)
-    hf = ["hyperfine", "-N", "--warmup", "3", "--runs", str(runs), "--export-json", out.name, quoted]
+    hf = ["hyperfine", "-N", "--warmup", str(warmup), "--runs", str(runs), "--export-json", out.name,
+          quoted]
     subprocess.run(as_user(hf, unpriv), cwd=cwd, env=env_for_srt(), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     res = json.load(open(out.name))["results"][0]
@@ -137,9 +138,11 @@ def add_group(section, what, unit, results, lower_is_better=True, baseline=None)
             note = f"{v[0] / b:.2f}× {baseline}" if unit != "ms" else f"+{v[0] - b:.2f} ms vs {baseline}"
         rows.append((section, what, tool, v[0], v[1], v[2], unit, ratio, note))
 
-# Launch times drift on a shared VM by more than the differences measured; the tools take turns
-# in rounds, so drift falls on all of them alike, and each row pools its runs of every round.
-ROUNDS = 2 if QUICK else 6
+# Launch times drift on a shared VM by more than the differences measured (the same row moved by
+# 10-20% between two runs minutes apart with 6 rounds of 10): the tools take turns in many short
+# rounds (3 runs each), each round in a rotated order (no tool always follows srt's node), so
+# drift falls on all of them alike, and each row pools its runs of every round.
+ROUNDS = 4 if QUICK else 20
 
 def launch_rows():
     for unpriv in ([False, True] if IS_ROOT else [False]):
@@ -154,11 +157,14 @@ def launch_rows():
                 res[tool] = f"fails here: {why[:80]}"
                 continue
             times[tool] = []
-        for _ in range(ROUNDS):
-            for tool in list(times):
+        for r in range(ROUNDS):
+            tools = list(times)
+            for tool in tools[r % len(tools):] + tools[:r % len(tools)]:
+                if tool not in times:
+                    continue
                 try:
                     times[tool] += hyperfine_times(runners()[tool] + ["/bin/true"], unpriv,
-                                                   runs=max(RUNS // ROUNDS, 3))
+                                                   runs=max(RUNS // ROUNDS, 3), warmup=1)
                 except subprocess.CalledProcessError:
                     res[tool] = "fails here: some of the runs exited non-zero"
                     del times[tool]
