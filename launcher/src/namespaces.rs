@@ -1,6 +1,6 @@
 //! The supervisor's half of the namespaces: clone the shim into new user, mount, PID, IPC, UTS
 //! and cgroup namespaces (the shim makes its network namespace itself, beside its mounts: see
-//! `shim::run`) and see its uid/gid maps written (by the child itself when
+//! `shim::network_thread`) and see its uid/gid maps written (by the child itself when
 //! unprivileged, from here when started as root). The shim then runs in the cloned process, with
 //! no exec.
 //!

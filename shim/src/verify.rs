@@ -283,6 +283,9 @@ pub fn settled(spec: &SandboxSpec) -> Result<Settled, StepError> {
     })
 }
 
+/// Everything else, once every layer is in place (privileges, Landlock, init's own seccomp
+/// filter): what [`settled`] found, with the credentials, the filter, Landlock's write probe,
+/// the network's interfaces and route, and the paths that must be unreadable or unwritable.
 pub fn verify(
     spec: &SandboxSpec,
     settled: Settled,
