@@ -76,7 +76,7 @@ impl<'a> FsViolations<'a> {
     ) {
         self.refused += 1;
         if self.verbose > 0 {
-            eprintln!("sandbox-launch: refused: {op} {path}: {surface}");
+            crate::say!("sandbox-launch: refused: {op} {path}: {surface}");
         }
         let reason = format!("{surface}: a persistence surface (the create guard)");
         self.status.emit_split(
@@ -129,7 +129,7 @@ impl<'a> FsViolations<'a> {
     /// summed up by directory (with -v).
     pub fn finish(self) {
         if self.refused > 0 && self.verbose == 0 {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: {} write(s) to paths that would run code outside the sandbox \
                  were refused (-v lists them)",
                 self.refused
@@ -137,7 +137,7 @@ impl<'a> FsViolations<'a> {
         }
         if self.verbose > 0 {
             if let Some(line) = summary(self.failed_total, &self.failed) {
-                eprintln!("sandbox-launch: {line}");
+                crate::say!("sandbox-launch: {line}");
             }
         }
     }

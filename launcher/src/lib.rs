@@ -1,6 +1,9 @@
 //! sandbox-launch as a library: the binary (`main.rs`) is a thin front over these modules, and the
 //! fuzz targets (`fuzz/`, outside the workspace) call the parsers through it.
 
+// Lines on stderr go through `say!`, one write each (see `say`).
+#![deny(clippy::print_stderr)]
+
 pub mod cli;
 pub mod control;
 pub mod credentials;
@@ -22,6 +25,7 @@ pub mod prompt;
 pub mod proxy;
 pub mod reload;
 pub mod sandbox;
+pub mod say;
 pub mod status;
 pub mod supervisor;
 pub mod users;

@@ -1,6 +1,8 @@
 //! sandbox-launch: run an AI coding agent and everything it starts inside a kernel-enforced
 //! Linux sandbox. See README.md and DESIGN.md.
 
+#![deny(clippy::print_stderr)]
+
 use sandbox_launch::{cli, control, doctor, login, persistence, policy, prompt, sandbox, worktree};
 
 fn main() {
@@ -11,7 +13,7 @@ fn main() {
         // A login whose configuration cannot be used: no shell at all, rather than one with
         // another policy than the administrator's.
         Err(e) => {
-            eprintln!("sandbox-launch: login: {e:#}");
+            sandbox_launch::say!("sandbox-launch: login: {e:#}");
             std::process::exit(shim::channel::Step::Policy.exit_code());
         }
     };
@@ -34,7 +36,7 @@ fn main() {
                 0
             }
             Err(e) => {
-                eprintln!("sandbox-launch: {e}");
+                sandbox_launch::say!("sandbox-launch: {e}");
                 e.0.step.exit_code()
             }
         },

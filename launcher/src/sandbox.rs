@@ -241,9 +241,10 @@ fn root_start(
     idmap::check_reachable(&reach, &attached.attach, run_as.identity, &run_as.user)?;
     layout.mounts.attach = attached.attach;
     if verbose > 0 {
-        eprintln!(
+        crate::say!(
             "sandbox-launch: HOME inside: {} ({})",
-            home.path, home.whose
+            home.path,
+            home.whose
         );
     }
     for (k, v) in env.iter_mut() {
@@ -555,7 +556,7 @@ fn agent_state(
     );
     for d in &state.created {
         if verbose > 0 {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: created {} (the agent's state directory) on the host",
                 d.display()
             );
@@ -624,14 +625,14 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     let (mut status, events) = match sinks(args) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sandbox-launch: {e:#}");
+            crate::say!("sandbox-launch: {e:#}");
             return 2;
         }
     };
     let mut registration = match control::register(args) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("sandbox-launch: {e:#}");
+            crate::say!("sandbox-launch: {e:#}");
             return 2;
         }
     };
@@ -651,7 +652,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     control::hide::hide_control_dir(&mut prepared.spec, prepared.identity.switch_from_root);
     let steering = control::steer::attach(args, &mut prepared, &events);
     for note in &steering.notes {
-        eprintln!("sandbox-launch: {note}");
+        crate::say!("sandbox-launch: {note}");
     }
     let worktree = if args.worktree {
         match start_worktree(args, &mut prepared, registration.as_ref()) {
@@ -671,11 +672,11 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         status.warn(w);
     }
     if args.verbose > 1 {
-        eprintln!(
+        crate::say!(
             "sandbox-launch: effective policy:\n{}",
             crate::policy::describe(&prepared.policy)
         );
-        eprintln!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
+        crate::say!("sandbox-launch: plan: {:#?}", prepared.spec.mounts);
     }
     // Filled by the deferred plan, stamped once the shim has said something (`meanwhile`).
     let watch = RefCell::new(persistence::watch::Watch::new(
@@ -737,7 +738,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
     merge_agent_state(&agents, &mut status);
     if args.verbose > 0 {
         if let Some(line) = events.feed().tally().summary() {
-            eprintln!("sandbox-launch: {line}");
+            crate::say!("sandbox-launch: {line}");
         }
     }
     code
@@ -820,7 +821,7 @@ fn report_created(watch: &persistence::watch::Watch, status: &mut StatusSink) {
              outside the sandbox later): review it before trusting this directory",
             p.display()
         );
-        eprintln!("sandbox-launch: warning: {text}");
+        crate::say!("sandbox-launch: warning: {text}");
         status.emit(json!({"status": "warning", "warning": text, "created": p}));
     }
 }

@@ -75,7 +75,7 @@ impl StatusSink {
 
     /// Say `text` to the user as a warning: one line on stderr and a `warning` status.
     pub fn warn(&mut self, text: &str) {
-        eprintln!("sandbox-launch: warning: {text}");
+        crate::say!("sandbox-launch: warning: {text}");
         self.emit(serde_json::json!({"status": "warning", "warning": text}));
     }
 

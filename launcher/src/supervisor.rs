@@ -92,7 +92,7 @@ pub struct Launch<'a> {
 
 /// Report a failure: one line on stderr and a JSON status; returns the exit code.
 pub fn fail(status: &mut StatusSink, e: &StepError) -> i32 {
-    eprintln!("sandbox-launch: {e}");
+    crate::say!("sandbox-launch: {e}");
     let code = e.0.step.exit_code();
     status.emit(json!({
         "status": "failed",
@@ -263,7 +263,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
             (FromShim::Verified { facts }, _) => {
                 if launch.verbose > 0 {
-                    eprintln!("sandbox-launch: verified: {facts}");
+                    crate::say!("sandbox-launch: verified: {facts}");
                 }
                 launch
                     .status
@@ -302,7 +302,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
         // "Nothing left" includes init itself, which may still be ending.
         wait_exit(shim_proc.pid);
         let after = crate::limits::quantity::show_duration(launch.timeout.unwrap_or_default());
-        eprintln!("sandbox-launch: the program ran out of time (--timeout {after}) and was stopped, with everything it started");
+        crate::say!("sandbox-launch: the program ran out of time (--timeout {after}) and was stopped, with everything it started");
         launch
             .status
             .emit(json!({"status": "timeout", "after": after, "program_exit_code": code}));
@@ -456,7 +456,7 @@ fn forward_until_exit(
             pending = wait;
             for d in start {
                 if let Err(e) = (d.start)() {
-                    eprintln!("sandbox-launch: {e:#}");
+                    crate::say!("sandbox-launch: {e:#}");
                 }
             }
         }

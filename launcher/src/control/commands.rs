@@ -12,7 +12,7 @@ use super::client::{running, Client, Found};
 
 fn report(r: Result<i32>) -> i32 {
     r.unwrap_or_else(|e| {
-        eprintln!("sandbox-launch: {e:#}");
+        crate::say!("sandbox-launch: {e:#}");
         1
     })
 }
@@ -93,7 +93,7 @@ pub fn stop(target: &str, grace: f64) -> i32 {
         while Instant::now() < deadline {
             match c.next_line() {
                 Ok(None) => {
-                    eprintln!("sandbox-launch: stopped {target}");
+                    crate::say!("sandbox-launch: stopped {target}");
                     return Ok(0);
                 }
                 Ok(Some(_)) => {}
@@ -130,7 +130,7 @@ fn change(target: &str, req: Value) -> Result<i32> {
     let reply = c.request(&req)?;
     let rules = &reply["rules"];
     for w in rules["warnings"].as_array().into_iter().flatten() {
-        eprintln!("sandbox-launch: warning: {}", w.as_str().unwrap_or(""));
+        crate::say!("sandbox-launch: warning: {}", w.as_str().unwrap_or(""));
     }
     let list = |k: &str| {
         rules[k]

@@ -42,7 +42,7 @@ pub fn register(args: &SandboxArgs) -> anyhow::Result<Option<Registration>> {
         Ok(r) => Ok(Some(r)),
         Err(e) if args.name.is_some() => Err(e),
         Err(e) => {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: warning: no control socket for this sandbox (`ps`, `stop` and `prompt` will not see it): {e:#}"
             );
             Ok(None)

@@ -115,11 +115,11 @@ pub fn make_cgroups(
     let best_effort = l.compat == LimitsCompat::BestEffort;
     let made = cgroup::apply(&wanted(l), best_effort, &mut warnings).map_err(limits_error)?;
     for w in warnings {
-        eprintln!("sandbox-launch: warning: {w}");
+        crate::say!("sandbox-launch: warning: {w}");
         status.emit(json!({"status": "warning", "warning": w}));
     }
     if let (Some(c), true) = (&made, verbose > 0) {
-        eprintln!("sandbox-launch: cgroup limits in {}", c.describe());
+        crate::say!("sandbox-launch: cgroup limits in {}", c.describe());
     }
     Ok(made)
 }
@@ -127,7 +127,7 @@ pub fn make_cgroups(
 /// Once the sandbox has ended: say which limits it ran into, and remove its groups.
 pub fn finish_cgroups(c: cgroup::Cgroups, status: &mut StatusSink) {
     for r in c.reached() {
-        eprintln!("sandbox-launch: {}", r.text);
+        crate::say!("sandbox-launch: {}", r.text);
         status.emit(json!({
             "status": "limit_reached",
             "limit": r.limit,
@@ -136,7 +136,7 @@ pub fn finish_cgroups(c: cgroup::Cgroups, status: &mut StatusSink) {
         }));
     }
     for problem in c.remove() {
-        eprintln!("sandbox-launch: warning: {problem}");
+        crate::say!("sandbox-launch: warning: {problem}");
         status.emit(json!({"status": "warning", "warning": problem}));
     }
 }

@@ -84,7 +84,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
     let (mut status, events) = match sandbox::sinks(args) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sandbox-launch: {e:#}");
+            crate::say!("sandbox-launch: {e:#}");
             return 2;
         }
     };
@@ -95,12 +95,12 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         "nested": true,
     }));
     if args.name.is_some() {
-        eprintln!(
+        crate::say!(
             "sandbox-launch: warning: --name: a nested sandbox has no control socket of its own"
         );
     }
     if args.prompts {
-        eprintln!(
+        crate::say!(
             "sandbox-launch: warning: --prompts: a nested sandbox has no control socket to ask \
              on; its denials are final"
         );
@@ -123,15 +123,15 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>) -> i32 {
         Err(e) => return supervisor::fail(&mut status, &e),
     };
     for w in &nested.warnings {
-        eprintln!("sandbox-launch: warning: {w}");
+        crate::say!("sandbox-launch: warning: {w}");
         status.emit(json!({"status": "warning", "warning": w}));
     }
     if args.verbose > 1 {
-        eprintln!(
+        crate::say!(
             "sandbox-launch: effective policy (nested):\n{}",
             crate::policy::describe(&nested.policy)
         );
-        eprintln!(
+        crate::say!(
             "sandbox-launch: nested Landlock layer: {:#?}",
             nested.program.layer
         );
@@ -175,7 +175,7 @@ fn launch(n: Nested, status: &mut StatusSink, verbose: u8) -> Result<i32, StepEr
         }
     }
     if verbose > 0 {
-        eprintln!("sandbox-launch: verified (nested): {facts}");
+        crate::say!("sandbox-launch: verified (nested): {facts}");
     }
     status.emit(json!({"status": "verified", "facts": facts}));
     status.emit(json!({"status": "running", "pid": pid, "nested": true}));

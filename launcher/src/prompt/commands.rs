@@ -101,7 +101,7 @@ pub fn answer_next(target: Option<&str>, answer: &str, timeout: Option<f64>, as_
         Ok(0)
     };
     run().unwrap_or_else(|e| {
-        eprintln!("sandbox-launch: {e:#}");
+        crate::say!("sandbox-launch: {e:#}");
         1
     })
 }
@@ -186,7 +186,7 @@ pub fn interactive(target: Option<&str>) -> i32 {
         let mut open: Vec<Value> = Vec::new();
         let stdin = std::io::stdin();
         let mut input = stdin.lock().lines();
-        eprintln!("sandbox-launch: waiting for prompts (Ctrl-D to stop)");
+        crate::say!("sandbox-launch: waiting for prompts (Ctrl-D to stop)");
         loop {
             // Everything that happened meanwhile, then wait for a prompt if none is open.
             loop {
@@ -204,7 +204,7 @@ pub fn interactive(target: Option<&str>) -> i32 {
                 }
             }
             let Some(prompt) = open.first().cloned() else {
-                eprintln!("sandbox-launch: the sandbox ended");
+                crate::say!("sandbox-launch: the sandbox ended");
                 return Ok(0);
             };
             print!("{}", show(&prompt));
@@ -225,7 +225,7 @@ pub fn interactive(target: Option<&str>) -> i32 {
         }
     };
     run().unwrap_or_else(|e| {
-        eprintln!("sandbox-launch: {e:#}");
+        crate::say!("sandbox-launch: {e:#}");
         1
     })
 }

@@ -219,7 +219,7 @@ pub fn spawn(
         .name("proxy".into())
         .spawn(move || {
             if let Err(e) = runtime.block_on(serve(listeners, dns, proxy)) {
-                eprintln!("sandbox-launch: proxy: {e:#}");
+                crate::say!("sandbox-launch: proxy: {e:#}");
             }
         })
         .context("start the proxy thread")

@@ -15,7 +15,7 @@ use super::store::{Store, Worktree};
 
 fn report(r: Result<i32>) -> i32 {
     r.unwrap_or_else(|e| {
-        eprintln!("sandbox-launch: {e:#}");
+        crate::say!("sandbox-launch: {e:#}");
         1
     })
 }
@@ -99,7 +99,7 @@ pub fn diff(target: &str, stat: bool) -> i32 {
     report((|| {
         let w = Store::locate()?.find(target)?;
         if w.running() {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: warning: worktree {} is in use by a running sandbox: this is what it has written so far",
                 w.label()
             );
@@ -146,7 +146,7 @@ fn summary(w: &Worktree, all: &[Change]) {
         .iter()
         .filter(|c| matches!(c.class, Class::Persistence(_)))
         .collect();
-    eprintln!(
+    crate::say!(
         "sandbox-launch: worktree {} of {}: {files} files changed, {} persistence surfaces",
         w.label(),
         w.meta.project.display(),
@@ -154,7 +154,7 @@ fn summary(w: &Worktree, all: &[Change]) {
     );
     for c in surfaces {
         if let Class::Persistence(why) = &c.class {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: persistence surface changed (apply leaves it unless named with --include-persistence): {} — {why}",
                 c.rel.display()
             );
@@ -187,7 +187,7 @@ pub fn apply(target: &str, choice: &Choice) -> i32 {
         }
         let upper = beneath::open_root(&w.upper())?;
         for p in &rep.included {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: warning: applying persistence surface {} as asked (it can run code on the host)",
                 p.display()
             );
@@ -199,37 +199,37 @@ pub fn apply(target: &str, choice: &Choice) -> i32 {
             &format!(".sandbox-launch-apply-{}", w.meta.id),
             &mut rep,
         )?;
-        eprintln!(
+        crate::say!(
             "sandbox-launch: applied {} change(s) of worktree {} to {}",
             rep.applied,
             w.label(),
             w.meta.project.display()
         );
         for p in &rep.skipped {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: left in the worktree (persistence surface): {}",
                 p.display()
             );
         }
         for p in &rep.special {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: not applied (not a file, directory or symlink): {}",
                 p.display()
             );
         }
         for p in &rep.kept_dirs {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: kept directory {} (it still holds what was not applied)",
                 p.display()
             );
         }
         if rep.repository > 0 {
-            eprintln!(
+            crate::say!(
                 "sandbox-launch: {} entries of git directories' own state were not applied (the repository is as it was)",
                 rep.repository
             );
         }
-        eprintln!(
+        crate::say!(
             "sandbox-launch: the worktree is kept: `sandbox-launch discard {}` removes it",
             target
         );
@@ -244,7 +244,7 @@ pub fn discard(target: &str) -> i32 {
         w.check_ended("discard it")?;
         let label = w.label();
         w.remove()?;
-        eprintln!("sandbox-launch: discarded worktree {label}");
+        crate::say!("sandbox-launch: discarded worktree {label}");
         Ok(0)
     })())
 }

@@ -210,20 +210,20 @@ pub fn finish(mut w: Worktree, code: i32) {
     if empty {
         let label = w.label();
         match w.remove() {
-            Ok(()) => eprintln!(
+            Ok(()) => crate::say!(
                 "sandbox-launch: worktree {label}: nothing was written in the working directory; not kept"
             ),
-            Err(e) => eprintln!("sandbox-launch: warning: worktree {label}: {e:#}"),
+            Err(e) => crate::say!("sandbox-launch: warning: worktree {label}: {e:#}"),
         }
         return;
     }
     w.meta.ended = Some(now());
     w.meta.exit_code = Some(code);
     if let Err(e) = w.save() {
-        eprintln!("sandbox-launch: warning: worktree {}: {e:#}", w.label());
+        crate::say!("sandbox-launch: warning: worktree {}: {e:#}", w.label());
     }
     let t = w.meta.name.clone().unwrap_or(w.meta.id.clone());
-    eprintln!(
+    crate::say!(
         "sandbox-launch: worktree {} kept in {}: `sandbox-launch diff {t}` shows the changes, `apply {t}` applies them to {}, `discard {t}` removes them",
         w.label(),
         w.dir.display(),

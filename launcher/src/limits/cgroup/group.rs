@@ -147,7 +147,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         for p in self.remove() {
-            eprintln!("sandbox-launch: warning: {p}");
+            crate::say!("sandbox-launch: warning: {p}");
         }
     }
 }
