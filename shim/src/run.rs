@@ -154,9 +154,11 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     };
 
     // The guard's thread starts here: after the privileges and Landlock, which it shares with
-    // the rest of init, and before init's own seccomp filter (it installs its own, meanwhile).
+    // the rest of init, and before init's own seccomp filter (it installs its own). Init waits
+    // for it at once: the thread is queued on init's CPU (the target has the other one, see
+    // `init::fork_target`), and runs there only while init waits.
     let guard_thread = if guarded {
-        let t = create_guard::GuardThread::start(&filter)?;
+        let t = create_guard::GuardThread::start(&filter)?.ready()?;
         identity::drop_kept()?;
         Some(t)
     } else {
@@ -166,10 +168,9 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     for text in warnings {
         send(sync, &FromShim::Warning { text })?;
     }
-    // Init's own checks run while the guard's thread installs its filter; the thread is checked
-    // once it says it is ready.
+    // Init's own checks run while the target installs its filters; the guard's thread is
+    // checked with them.
     let mut facts = verify::verify(&spec, settled, landlock, transparent)?;
-    let guard_thread = guard_thread.map(|t| t.ready()).transpose()?;
     facts.guard_thread = guard_thread
         .as_ref()
         .map(|t| verify::verify_guard_thread(t.tid()))
