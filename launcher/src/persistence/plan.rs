@@ -189,8 +189,11 @@ pub fn plan(req: &Request<'_>) -> Protections {
         out.protect(view, &d, "--deny-write", &roots, true);
     }
     // An explicit allow-write of a protected path (or of a path inside one) overrides it.
-    let rules = Rules::new(&out.spec);
+    // Built for the first explicit path only: most launches name none, and the rules are
+    // tens of µs of the plan, which init's network thread waits behind (see `layout::persist_plan`).
+    let mut rules: Option<Rules> = None;
     for p in req.explicit {
+        let rules = rules.get_or_insert_with(|| Rules::new(&out.spec));
         // A directory: is what is written in it protected? (Its parent being writable, or
         // protected paths lying below it, does not make it one.) Anything else: itself.
         let probe = p.join("sandbox-launch-probe");
