@@ -705,6 +705,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         live.prompts = steering.prompts;
         (listener, steering.watcher, Arc::new(live))
     });
+    let settle = live.as_ref().map(|(_, _, l)| l.clone());
     let code = supervisor::run(supervisor::Launch {
         spec: prepared.spec,
         filter: prepared.filter,
@@ -727,6 +728,9 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         meanwhile: Some(Box::new(|| watch.borrow_mut().stamp())),
     });
     events.feed().finish(std::time::Duration::from_millis(500));
+    if let Some(l) = settle {
+        l.settle(std::time::Duration::from_secs(2));
+    }
     drop(registration);
     if let Some(c) = birth.cgroups {
         limits::finish_cgroups(c, &mut status);

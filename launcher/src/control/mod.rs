@@ -20,6 +20,7 @@ mod server;
 pub mod steer;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -68,6 +69,17 @@ pub struct Live {
     pub reloader: Option<Arc<crate::reload::Reloader>>,
     /// Its prompts (with `--prompts`).
     pub prompts: Option<Arc<crate::prompt::Prompts>>,
+    /// Answers and rule changes being made and replied to (see [`Live::settle`]).
+    in_flight: AtomicUsize,
+}
+
+/// One answer or rule change between its request and its reply (see [`Live::settle`]).
+pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct Shim {
@@ -96,6 +108,24 @@ impl Live {
             shim: OnceLock::new(),
             reloader: None,
             prompts: None,
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// Count an answer or a rule change from its request to its reply.
+    pub(crate) fn in_flight(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(&self.in_flight)
+    }
+
+    /// At the sandbox's end, before the launcher exits: wait (at most `limit`) for the answers
+    /// and rule changes being made to be replied to. An answer that lets the program's last
+    /// request through can end the sandbox before its own reply is sent; without this wait the
+    /// client saw the connection close and reported a failure for an answer that was applied.
+    pub fn settle(&self, limit: Duration) {
+        let until = std::time::Instant::now() + limit;
+        while self.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 

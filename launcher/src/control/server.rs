@@ -156,6 +156,7 @@ async fn dispatch(req: Request, live: &Arc<Live>, wr: &mut OwnedWriteHalf) -> st
         Request::Events { follow } => events(live, follow, wr).await,
         Request::Prompts { follow } => prompts(live, follow, wr).await,
         Request::Answer { id, answer } => {
+            let _replying = live.in_flight();
             let reply = match (&live.prompts, Answer::parse(&answer)) {
                 (None, _) => protocol::error(
                     "this sandbox does not prompt (start it with --prompts); denials are refused at once",
@@ -177,9 +178,18 @@ async fn dispatch(req: Request, live: &Arc<Live>, wr: &mut OwnedWriteHalf) -> st
             };
             send(wr, &reply).await
         }
-        Request::PolicySet { file } => change(live, Change::Set(file), wr).await,
-        Request::Allow { domain } => change(live, Change::Allow(domain), wr).await,
-        Request::Deny { domain } => change(live, Change::Deny(domain), wr).await,
+        Request::PolicySet { file } => {
+            let _replying = live.in_flight();
+            change(live, Change::Set(file), wr).await
+        }
+        Request::Allow { domain } => {
+            let _replying = live.in_flight();
+            change(live, Change::Allow(domain), wr).await
+        }
+        Request::Deny { domain } => {
+            let _replying = live.in_flight();
+            change(live, Change::Deny(domain), wr).await
+        }
     }
 }
 
