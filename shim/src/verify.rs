@@ -241,9 +241,6 @@ fn unwritable(dir: &Path) -> Result<(), StepError> {
     Ok(())
 }
 
-/// `transparent`: the shim routed outbound traffic into `lo` for the redirect (transparent
-/// egress); otherwise there must be no route out at all. The create guard's thread, which sets
-/// itself up meanwhile, is checked on its own ([`verify_guard_thread`], into `guard_thread`).
 /// What is settled once init has entered the mount tree and named the host, and which nothing
 /// of init's changes afterwards (no mount, no name, no OOM score): checked while init waits for
 /// its network's thread to end, the rest by [`verify`] once every layer is in place.
@@ -286,6 +283,9 @@ pub fn settled(spec: &SandboxSpec) -> Result<Settled, StepError> {
 /// Everything else, once every layer is in place (privileges, Landlock, init's own seccomp
 /// filter): what [`settled`] found, with the credentials, the filter, Landlock's write probe,
 /// the network's interfaces and route, and the paths that must be unreadable or unwritable.
+/// `transparent`: the shim routed outbound traffic into `lo` for the redirect (transparent
+/// egress); otherwise there must be no route out at all. The create guard's thread is checked
+/// on its own ([`verify_guard_thread`], into `guard_thread`).
 pub fn verify(
     spec: &SandboxSpec,
     settled: Settled,

@@ -218,3 +218,59 @@ impl Live {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn live() -> Arc<Live> {
+        Arc::new(Live::new(
+            "t".into(),
+            None,
+            vec!["true".into()],
+            "whole-process",
+            "none",
+            Arc::new(EventSink::none()),
+        ))
+    }
+
+    #[test]
+    fn the_end_waits_for_an_answer_being_replied_to_and_not_longer() {
+        let l = live();
+        // Nothing in flight: no wait.
+        let t = Instant::now();
+        l.settle(Duration::from_secs(2));
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+        // An answer whose reply goes out 200 ms from now: the end waits for it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l2 = l.clone();
+        let replier = std::thread::spawn(move || {
+            let _replying = l2.in_flight();
+            tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+        });
+        rx.recv().unwrap();
+        let t = Instant::now();
+        l.settle(Duration::from_secs(5));
+        assert!(
+            t.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            t.elapsed()
+        );
+        replier.join().unwrap();
+        // One that never replies holds the end for the limit only.
+        let _stuck = l.in_flight();
+        let t = Instant::now();
+        l.settle(Duration::from_millis(100));
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(100) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+    }
+}
