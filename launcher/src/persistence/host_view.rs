@@ -26,6 +26,8 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use nix::sys::statfs;
 
+use super::plain_path::{plain, split};
+
 /// What is at a path, not following a symlink there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -122,29 +124,6 @@ fn kind_of(t: std::fs::FileType) -> Kind {
     }
 }
 
-/// An absolute path with no `.`, `..`, doubled or trailing slash: its last component is what a
-/// lookup in its parent directory finds (`a/link/` would follow the link).
-pub(super) fn plain(p: &Path) -> bool {
-    let b = p.as_os_str().as_bytes();
-    b.len() > 1
-        && b[0] == b'/'
-        && b[b.len() - 1] != b'/'
-        && b[1..]
-            .split(|c| *c == b'/')
-            .all(|c| !c.is_empty() && c != b"." && c != b"..")
-}
-
-/// A plain path's directory and last name, by its bytes.
-pub(super) fn split(p: &Path) -> Option<(&Path, &OsStr)> {
-    let b = p.as_os_str().as_bytes();
-    let i = b.iter().rposition(|c| *c == b'/')?;
-    let dir = if i == 0 { &b[..1] } else { &b[..i] };
-    Some((
-        Path::new(OsStr::from_bytes(dir)),
-        OsStr::from_bytes(&b[i + 1..]),
-    ))
-}
-
 /// Whether `dir`'s filesystem matches names exactly and lists every name it finds.
 fn exact_names(dir: &Dir) -> bool {
     let Ok(fs) = statfs::fstatfs(dir) else {
@@ -229,7 +208,7 @@ impl HostView {
             };
         }
         // Kept, or in its directory's listing (nothing to keep then).
-        if let Some(k) = self.known(p) {
+        if let Some(k) = self.known_plain(p) {
             return k;
         }
         let k = self.look(p);
@@ -312,10 +291,18 @@ impl HostView {
 
     /// What is known of `p` without asking the host: kept, or in its directory's listing.
     fn known(&self, p: &Path) -> Option<Kind> {
+        if !plain(p) {
+            return self.kinds.get(p.as_os_str()).copied();
+        }
+        self.known_plain(p)
+    }
+
+    /// [`HostView::known`] of a plain `p`.
+    fn known_plain(&self, p: &Path) -> Option<Kind> {
         if let Some(k) = self.kinds.get(p.as_os_str()) {
             return Some(*k);
         }
-        let (dir, name) = split(p).filter(|_| plain(p))?;
+        let (dir, name) = split(p)?;
         match self.dirs.get(dir.as_os_str())? {
             Listing::Read(names) => match names.get(name) {
                 None => Some(Kind::Missing),

@@ -4,7 +4,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::host_view::{plain, split, HostView, Kind};
+use super::host_view::{HostView, Kind};
+use super::plain_path::{plain, split};
 
 /// `p` made canonical as far as it exists: the deepest existing ancestor resolved, the rest
 /// appended as written (`..` after a missing component taken lexically). What

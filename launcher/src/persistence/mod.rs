@@ -8,11 +8,12 @@ pub mod describe;
 mod git_paths;
 pub mod host_view;
 mod links;
+mod plain_path;
 pub mod plan;
 pub mod table;
 pub mod watch;
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use host_view::{HostView, Kind};
@@ -88,37 +89,16 @@ pub fn named_at_launch(
         for s in SURFACES.iter().filter(|s| s.scope == Scope::Home) {
             for p in s.patterns.iter().filter_map(|p| literal(p)) {
                 let path = home.join(p);
-                if roots.iter().any(|r| path.starts_with(r)) {
+                if roots.iter().any(|r| plain_path::under(&path, r)) {
                     out.push(path);
                 }
             }
         }
     }
-    // In `Path`'s order (by components), from a key made once per path: comparing components
-    // again at every step of the sort cost more than the rest of the plan's bookkeeping.
-    out.sort_by_cached_key(|p| component_key(p));
-    out.dedup();
+    // In `Path`'s order (by components), compared by bytes (`plain_path`): comparing
+    // components at every step of the sort cost more than the rest of the plan's bookkeeping.
+    plain_path::sort_dedup(&mut out);
     out
-}
-
-/// Bytes that sort as `Path`s do: each component tagged with its kind and ended by a byte that
-/// no name holds, so a shorter component sorts before a longer one it begins.
-fn component_key(p: &Path) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut key = Vec::with_capacity(p.as_os_str().len() + 8);
-    for c in p.components() {
-        let (tag, bytes): (u8, &[u8]) = match c {
-            Component::Prefix(_) => (0, c.as_os_str().as_bytes()),
-            Component::RootDir => (1, b""),
-            Component::CurDir => (2, b""),
-            Component::ParentDir => (3, b""),
-            Component::Normal(n) => (4, n.as_bytes()),
-        };
-        key.push(tag);
-        key.extend_from_slice(bytes);
-        key.push(0);
-    }
-    key
 }
 
 /// `check`'s account of the persistence model for a launch with `args` (the policy it loads,
@@ -198,7 +178,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sort_key_orders_paths_as_path_does() {
+    fn the_plans_sort_orders_paths_as_path_does() {
         let mut paths: Vec<PathBuf> = [
             "/w/.claude/agents",
             "/w/.claude-plugin",
@@ -220,7 +200,7 @@ mod tests {
         .collect();
         let mut by_key = paths.clone();
         paths.sort();
-        by_key.sort_by_cached_key(|p| component_key(p));
+        plain_path::sort_dedup(&mut by_key);
         assert_eq!(by_key, paths);
     }
 

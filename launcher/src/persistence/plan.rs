@@ -11,6 +11,7 @@ use shim::spec::{PersistSpec, ProtectRule};
 use super::git_paths;
 use super::host_view::{HostView, Kind};
 use super::links::{chain, named, named_elsewhere};
+use super::plain_path::{self, under};
 use super::{named_at_launch, table_rules};
 
 /// What the plan needs to know of the host.
@@ -51,7 +52,7 @@ pub struct Protections {
 }
 
 fn inside(p: &Path, roots: &[PathBuf]) -> bool {
-    roots.iter().any(|r| p.starts_with(r))
+    roots.iter().any(|r| under(p, r))
 }
 
 impl Protections {
@@ -157,7 +158,7 @@ pub fn plan(req: &Request<'_>) -> Protections {
             let p = e.path();
             if e.file_type().is_ok_and(|t| t.is_symlink()) {
                 let end = chain(view, &p).pop().unwrap_or(p);
-                if inside(&end, &roots) && !end.starts_with(&dir) {
+                if inside(&end, &roots) && !under(&end, &dir) {
                     out.protect(
                         view,
                         &end,
@@ -219,16 +220,14 @@ pub fn plan(req: &Request<'_>) -> Protections {
             ));
         }
     }
-    out.read_only.retain(|p| {
-        !out.spec.overrides.iter().any(|o| p.starts_with(o)) || inside_denied(p, &out.spec)
-    });
+    out.read_only
+        .retain(|p| !out.spec.overrides.iter().any(|o| under(p, o)) || inside_denied(p, &out.spec));
     let set: BTreeSet<PathBuf> = out.read_only.drain(..).collect();
     out.read_only = set.into_iter().collect();
-    out.missing.sort();
-    out.missing.dedup();
+    plain_path::sort_dedup(&mut out.missing);
     out
 }
 
 fn inside_denied(p: &Path, spec: &PersistSpec) -> bool {
-    spec.denied.iter().any(|d| p.starts_with(d))
+    spec.denied.iter().any(|d| under(p, d))
 }

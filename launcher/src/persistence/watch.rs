@@ -24,7 +24,8 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::sys::statfs;
 
-use super::host_view::{plain, split, HostView, Kind};
+use super::host_view::{HostView, Kind};
+use super::plain_path::{plain, split};
 
 /// A ctime this close to the stamp's time may be shared by a change right after it: timestamps
 /// come from a clock that ticks every few milliseconds (kernels before 6.13), to the second on
