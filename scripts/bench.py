@@ -38,12 +38,42 @@ with open(f"{B}/srt.json", "w") as f:
                "filesystem": {"denyRead": [], "allowWrite": [WORK], "denyWrite": []}}, f)
 os.chmod(f"{B}/srt.json", 0o644)
 
-def env_for_srt():
+def env_for_srt(home=HOME):
     e = dict(os.environ)
     e["PATH"] = f"{B}/srt/node_modules/.bin:" + e.get("PATH", "")
-    e["HOME"] = HOME
+    e["HOME"] = home
     e["TMPDIR"] = SRT_TMP
     return e
+
+# The launch rows run in an empty HOME and an empty working directory: the least a launch can
+# have to plan. Where people run an agent, HOME holds the agents' state (each agent's directory
+# is a writable tree, with its own persistence plan) and the working directory is a git checkout
+# (its hooks and configuration are looked at): this row measures that.
+IN_PROJECT = "sandbox-launch (restricted, agents' HOME, git checkout)"
+
+def project_setting(unpriv):
+    """(HOME, working directory) like a developer's, owned by the user who runs the launch."""
+    who = "65534" if (unpriv and IS_ROOT) else str(os.geteuid())
+    home, work = f"{B}/project-home-{who}", f"{B}/project-work-{who}"
+    if not os.path.exists(f"{work}/.git/config"):
+        for d in ("", ".config", ".claude/projects", ".codex", ".cargo/bin"):
+            os.makedirs(f"{home}/{d}", exist_ok=True)
+        for name, text in ((".bashrc", "export EDITOR=vi\n"), (".profile", ". ~/.bashrc\n"),
+                           (".gitconfig", "[user]\n\tname = bench\n\temail = bench@example.invalid\n")):
+            with open(f"{home}/{name}", "w") as f:
+                f.write(text)
+        os.makedirs(f"{work}/src", exist_ok=True)
+        with open(f"{work}/src/main.rs", "w") as f:
+            f.write("fn main() {}\n")
+        subprocess.run(["git", "init", "-q", work], check=True, env=dict(os.environ, HOME=home))
+        if who != "0":
+            for top in (home, work):
+                subprocess.run(["chown", "-R", f"{who}:{who}", top], check=True)
+    return home, work
+
+def setting(tool, unpriv):
+    """The HOME and working directory a launch row runs in."""
+    return project_setting(unpriv) if tool == IN_PROJECT else (HOME, WORK)
 
 # The runners: a prefix that runs a command in that sandbox. None = not available here.
 def runners():
@@ -58,26 +88,27 @@ def runners():
         # The build users install: `cargo install --path launcher` (bench.sh installs it).
         "sandbox-launch (cargo install, restricted)":
             [SL_INSTALLED, "whole-process", "--network", "restricted", "--"],
+        IN_PROJECT: [SL, "whole-process", "--network", "restricted", "--"],
     }
     return r
 
 PEERS = ["bwrap", "srt", "nsjail"]
 OURS = ["sandbox-launch (none)", "sandbox-launch (restricted)",
-        "sandbox-launch (cargo install, restricted)"]
+        "sandbox-launch (cargo install, restricted)", IN_PROJECT]
 NOTES = {"nsjail": "not available: not packaged in Debian 12"}
 
 def as_user(cmd, unpriv):
     return (NOBODY + cmd) if (unpriv and IS_ROOT) else cmd
 
-def works(prefix, unpriv):
+def works(prefix, unpriv, home=HOME, cwd=WORK):
     try:
-        p = subprocess.run(as_user(prefix + ["/bin/true"], unpriv), cwd=WORK, env=env_for_srt(),
+        p = subprocess.run(as_user(prefix + ["/bin/true"], unpriv), cwd=cwd, env=env_for_srt(home),
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
     except Exception as e:  # noqa: BLE001 - reported in the table
         return str(e)
     return None if p.returncode == 0 else (p.stderr.decode(errors="replace").strip().splitlines() or ["exit %d" % p.returncode])[-1]
 
-def hyperfine_times(cmd, unpriv, cwd=WORK, runs=RUNS, warmup=3):
+def hyperfine_times(cmd, unpriv, cwd=WORK, runs=RUNS, warmup=3, home=HOME):
     """Every run's wall time in ms of `cmd`, run by hyperfine (itself as the user, so no setpriv cost)."""
     out = tempfile.NamedTemporaryFile(dir=B, suffix=".json", delete=False)
     out.close()
@@ -85,7 +116,7 @@ def hyperfine_times(cmd, unpriv, cwd=WORK, runs=RUNS, warmup=3):
     quoted = " ".join(shlex_quote(c) for c in cmd)
     hf = ["hyperfine", "-N", "--warmup", str(warmup), "--runs", str(runs), "--export-json", out.name,
           quoted]
-    subprocess.run(as_user(hf, unpriv), cwd=cwd, env=env_for_srt(), check=True,
+    subprocess.run(as_user(hf, unpriv), cwd=cwd, env=env_for_srt(home), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     res = json.load(open(out.name))["results"][0]
     os.unlink(out.name)
@@ -152,7 +183,12 @@ def launch_rows():
             if prefix is None:
                 res[tool] = NOTES.get(tool, "not available")
                 continue
-            why = works(prefix, unpriv)
+            try:
+                home, cwd = setting(tool, unpriv)
+            except (OSError, subprocess.CalledProcessError) as e:
+                res[tool] = f"not measured: its HOME and checkout could not be made ({e})"
+                continue
+            why = works(prefix, unpriv, home, cwd)
             if why:
                 res[tool] = f"fails here: {why[:80]}"
                 continue
@@ -162,9 +198,10 @@ def launch_rows():
             for tool in tools[r % len(tools):] + tools[:r % len(tools)]:
                 if tool not in times:
                     continue
+                home, cwd = setting(tool, unpriv)
                 try:
-                    times[tool] += hyperfine_times(runners()[tool] + ["/bin/true"], unpriv,
-                                                   runs=max(RUNS // ROUNDS, 3), warmup=1)
+                    times[tool] += hyperfine_times(runners()[tool] + ["/bin/true"], unpriv, cwd=cwd,
+                                                   runs=max(RUNS // ROUNDS, 3), warmup=1, home=home)
                 except subprocess.CalledProcessError:
                     res[tool] = "fails here: some of the runs exited non-zero"
                     del times[tool]
