@@ -150,13 +150,21 @@ async fn send(wr: &mut OwnedWriteHalf, v: &Value) -> std::io::Result<()> {
 }
 
 async fn dispatch(req: Request, live: &Arc<Live>, wr: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    // What changes the sandbox is counted until its reply is sent (see `Live::settle`).
+    let _replying = matches!(
+        req,
+        Request::Answer { .. }
+            | Request::PolicySet { .. }
+            | Request::Allow { .. }
+            | Request::Deny { .. }
+    )
+    .then(|| live.in_flight());
     match req {
         Request::Status => send(wr, &protocol::ok(json!({"sandbox": live.status()}))).await,
         Request::Stop { grace } => stop(live, grace, wr).await,
         Request::Events { follow } => events(live, follow, wr).await,
         Request::Prompts { follow } => prompts(live, follow, wr).await,
         Request::Answer { id, answer } => {
-            let _replying = live.in_flight();
             let reply = match (&live.prompts, Answer::parse(&answer)) {
                 (None, _) => protocol::error(
                     "this sandbox does not prompt (start it with --prompts); denials are refused at once",
@@ -178,18 +186,9 @@ async fn dispatch(req: Request, live: &Arc<Live>, wr: &mut OwnedWriteHalf) -> st
             };
             send(wr, &reply).await
         }
-        Request::PolicySet { file } => {
-            let _replying = live.in_flight();
-            change(live, Change::Set(file), wr).await
-        }
-        Request::Allow { domain } => {
-            let _replying = live.in_flight();
-            change(live, Change::Allow(domain), wr).await
-        }
-        Request::Deny { domain } => {
-            let _replying = live.in_flight();
-            change(live, Change::Deny(domain), wr).await
-        }
+        Request::PolicySet { file } => change(live, Change::Set(file), wr).await,
+        Request::Allow { domain } => change(live, Change::Allow(domain), wr).await,
+        Request::Deny { domain } => change(live, Change::Deny(domain), wr).await,
     }
 }
 
