@@ -32,26 +32,32 @@ fn move_off_this_cpu(
     get: impl FnOnce(&mut libc::cpu_set_t) -> bool,
     set: impl Fn(&libc::cpu_set_t) -> bool,
 ) {
-    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_COUNT reads a valid set.
-    if !get(&mut allowed) || unsafe { libc::CPU_COUNT(&allowed) } < 2 {
-        return;
-    }
-    // SAFETY: sched_getcpu has no preconditions.
-    let Ok(here) = usize::try_from(unsafe { libc::sched_getcpu() }) else {
+    let Some((allowed, here)) = this_cpu_among(get) else {
         return;
     };
-    // SAFETY: CPU_ISSET/CPU_CLR on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
-    if !unsafe { libc::CPU_ISSET(here, &allowed) } {
-        return;
-    }
     let mut elsewhere = allowed;
-    // SAFETY: as above.
+    // SAFETY: CPU_CLR on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
     unsafe { libc::CPU_CLR(here, &mut elsewhere) };
     if set(&elsewhere) {
         set(&allowed);
     }
+}
+
+/// The set `get` fills in, and the CPU the caller runs on, when the set holds it and at least
+/// one other (else there is nowhere to move to, or nothing to narrow).
+fn this_cpu_among(
+    get: impl FnOnce(&mut libc::cpu_set_t) -> bool,
+) -> Option<(libc::cpu_set_t, usize)> {
+    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_COUNT reads a valid set.
+    if !get(&mut allowed) || unsafe { libc::CPU_COUNT(&allowed) } < 2 {
+        return None;
+    }
+    // SAFETY: sched_getcpu has no preconditions.
+    let here = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+    // SAFETY: CPU_ISSET on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
+    unsafe { libc::CPU_ISSET(here, &allowed) }.then_some((allowed, here))
 }
 
 /// The calling thread narrowed to the CPU it runs on, so that a thread it makes meanwhile starts
@@ -65,25 +71,12 @@ pub struct Here {
 impl Here {
     /// None (nothing changed) when the calling thread has a single CPU or the kernel refuses.
     pub fn pin() -> Option<Here> {
-        // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-        let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
         // SAFETY: sched_getaffinity of the calling thread into a valid set of SIZE bytes.
-        if unsafe { libc::sched_getaffinity(0, SIZE, &mut allowed) } != 0 {
-            return None;
-        }
-        // SAFETY: CPU_COUNT reads a valid set.
-        if unsafe { libc::CPU_COUNT(&allowed) } < 2 {
-            return None;
-        }
-        // SAFETY: sched_getcpu has no preconditions.
-        let here = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
-        // SAFETY: CPU_ISSET on a valid set; `here` is the kernel's id, below CPU_SETSIZE.
-        if !unsafe { libc::CPU_ISSET(here, &allowed) } {
-            return None;
-        }
-        // SAFETY: as above, on an empty set of our own.
+        let (allowed, here) =
+            this_cpu_among(|set| unsafe { libc::sched_getaffinity(0, SIZE, set) } == 0)?;
+        // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
         let mut only: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
+        // SAFETY: CPU_SET on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
         unsafe { libc::CPU_SET(here, &mut only) };
         // SAFETY: sched_setaffinity of the calling thread from a valid set of SIZE bytes.
         (unsafe { libc::sched_setaffinity(0, SIZE, &only) } == 0).then_some(Here { allowed })
