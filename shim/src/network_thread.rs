@@ -14,7 +14,6 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 
 use crate::channel::{self, AtStep, FromShim, Step, StepError};
 use crate::spec::{NetworkSpec, Transparent};
@@ -32,7 +31,7 @@ enum State {
     /// thread (no thread could be had): whether transparent egress is in place.
     Done(bool),
     Thread {
-        handle: JoinHandle<Outcome>,
+        handle: crate::cpus::Elsewhere<Outcome>,
         /// The new namespace (or why there is none), as soon as it exists.
         namespace: mpsc::Receiver<Result<OwnedFd, StepError>>,
         entered: bool,
@@ -48,20 +47,19 @@ pub fn start(sync: RawFd, network: &NetworkSpec) -> Result<Network, StepError> {
     }
     let (tell, namespace) = mpsc::sync_channel(1);
     let spec = network.clone();
-    let spawned = std::thread::Builder::new()
-        .stack_size(NETWORK_STACK)
-        .spawn(move || {
-            yield_to_the_plan();
-            let made = network::enter_new();
-            let failed = made.as_ref().err().map(|e| StepError(e.0.clone()));
-            let _ = tell.send(made);
-            let set_up = match failed {
-                Some(e) => Err(e),
-                None => setup(sync, &spec),
-            };
-            // SAFETY: gettid has no preconditions.
-            (unsafe { libc::gettid() }, set_up)
-        });
+    // Started on the other CPU: init goes on with the mounts on its own (see `crate::cpus`).
+    let spawned = crate::cpus::spawn_elsewhere(NETWORK_STACK, move || {
+        yield_to_the_plan();
+        let made = network::enter_new();
+        let failed = made.as_ref().err().map(|e| StepError(e.0.clone()));
+        let _ = tell.send(made);
+        let set_up = match failed {
+            Some(e) => Err(e),
+            None => setup(sync, &spec),
+        };
+        // SAFETY: gettid has no preconditions.
+        (unsafe { libc::gettid() }, set_up)
+    });
     let Ok(handle) = spawned else {
         // No thread to be had: one after the other, in this thread's own namespace.
         network::enter_new()?;
@@ -69,8 +67,6 @@ pub fn start(sync: RawFd, network: &NetworkSpec) -> Result<Network, StepError> {
             state: State::Done(setup(sync, network)?),
         });
     };
-    // Not behind this thread, which does not sleep while it builds the mount tree.
-    crate::cpus::move_thread(std::os::unix::thread::JoinHandleExt::as_pthread_t(&handle));
     Ok(Network {
         state: State::Thread {
             handle,
