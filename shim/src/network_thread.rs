@@ -31,7 +31,7 @@ enum State {
     /// thread (no thread could be had): whether transparent egress is in place.
     Done(bool),
     Thread {
-        handle: crate::cpus::Elsewhere<Outcome>,
+        handle: crate::cpus::Thread<Outcome>,
         /// The new namespace (or why there is none), as soon as it exists.
         namespace: mpsc::Receiver<Result<OwnedFd, StepError>>,
         entered: bool,
@@ -48,7 +48,7 @@ pub fn start(sync: RawFd, network: &NetworkSpec) -> Result<Network, StepError> {
     let (tell, namespace) = mpsc::sync_channel(1);
     let spec = network.clone();
     // Started on the other CPU: init goes on with the mounts on its own (see `crate::cpus`).
-    let spawned = crate::cpus::spawn_elsewhere(NETWORK_STACK, move || {
+    let spawned = crate::cpus::spawn(NETWORK_STACK, crate::cpus::Start::Elsewhere, move || {
         yield_to_the_plan();
         let made = network::enter_new();
         let failed = made.as_ref().err().map(|e| StepError(e.0.clone()));

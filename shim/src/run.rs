@@ -155,16 +155,11 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
 
     // The guard's thread starts here: after the privileges and Landlock, which it shares with
     // the rest of init, and before init's own seccomp filter (it installs its own). Init waits
-    // for it at once, so it is made on init's CPU and runs there while init waits: the target
+    // for it at once, so it starts on init's CPU and runs there while init waits: the target
     // has the other one (see `init::fork_target`), and a thread left to the kernel's choice was
     // often queued behind the target's filters (0.2-0.3 ms more, in over a third of launches).
     let guard_thread = if guarded {
-        let here = crate::cpus::Here::pin();
         let t = create_guard::GuardThread::start(&filter)?.ready()?;
-        if let Some(here) = here {
-            // The thread, then init (on drop), get their CPUs back.
-            here.release(t.tid());
-        }
         identity::drop_kept()?;
         Some(t)
     } else {

@@ -204,6 +204,9 @@ pub struct GuardThread {
     tid: libc::pid_t,
 }
 
+/// The stack of the guard's thread (a std thread's default).
+const GUARD_STACK: usize = 2 << 20;
+
 /// The guard's thread while it sets itself up; [`Starting::ready`] waits for it.
 pub struct Starting {
     handler: mpsc::Sender<Serve>,
@@ -227,31 +230,32 @@ impl GuardThread {
             .collect();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<libc::pid_t, String>>();
         let (handler_tx, handler_rx) = mpsc::channel::<Serve>();
-        let spawned = std::thread::Builder::new()
-            .name("create-guard".into())
-            .spawn(move || {
-                let setup = own_fs().and_then(|()| {
-                    crate::seccomp::install(&prog).map_err(|e| format!("{e:#}"))?;
-                    // SAFETY: gettid has no preconditions.
-                    Ok(unsafe { libc::gettid() })
-                });
-                let ok = setup.is_ok();
-                let _ = ready_tx.send(setup);
-                if !ok {
-                    return;
-                }
-                // The sender goes away without a listener when the target never started.
-                if let Ok(Serve {
-                    listener,
-                    persist,
-                    events,
-                    nests,
-                }) = handler_rx.recv()
-                {
-                    let h = Handler::new(listener, &persist, events, nests);
-                    while h.handle_one().is_ok() {}
-                }
+        // On init's CPU: init waits for it at once (see `crate::cpus`).
+        let spawned = crate::cpus::spawn(GUARD_STACK, crate::cpus::Start::Here, move || {
+            // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
+            unsafe { libc::prctl(libc::PR_SET_NAME, c"create-guard".as_ptr()) };
+            let setup = own_fs().and_then(|()| {
+                crate::seccomp::install(&prog).map_err(|e| format!("{e:#}"))?;
+                // SAFETY: gettid has no preconditions.
+                Ok(unsafe { libc::gettid() })
             });
+            let ok = setup.is_ok();
+            let _ = ready_tx.send(setup);
+            if !ok {
+                return;
+            }
+            // The sender goes away without a listener when the target never started.
+            if let Ok(Serve {
+                listener,
+                persist,
+                events,
+                nests,
+            }) = handler_rx.recv()
+            {
+                let h = Handler::new(listener, &persist, events, nests);
+                while h.handle_one().is_ok() {}
+            }
+        });
         spawned.map_err(|e| cannot_start(e.to_string()))?;
         Ok(Starting {
             handler: handler_tx,
