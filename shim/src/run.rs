@@ -43,6 +43,12 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     let keep: Vec<RawFd> = spec.preserve_fds.iter().chain(&attached).copied().collect();
     close_stray_fds(sync, &keep).at(Step::Internal)?;
     let mut warnings = Vec::new();
+    // Before the network's thread exists: init's writes to memory it shares with the
+    // supervisor (copy on write) then need no TLB shootdown on the thread's CPU, and the thread
+    // starts with the bounding set emptied. The thread waits for the supervisor's plan anyway.
+    inherited_env::wipe().at(Step::Internal)?;
+    identity::drop_bounding()?;
+    set_hostname(&spec.hostname)?;
 
     let mut network = network_thread::start(sync, &spec.network)?;
     if let Err(e) = build(sync, &mut spec) {
@@ -250,14 +256,10 @@ fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
     channel::send(sync, msg, &[]).at(Step::Internal)
 }
 
-/// Init's side of the setup before the network's thread is joined: the inherited environment
-/// wiped, the bounding set emptied, the host named, and the mount tree built and entered (what
-/// does not depend on the persistence binds first: they may still be on their way from the
-/// supervisor).
+/// Init's side of the setup before the network's thread is joined: the mount tree built and
+/// entered (what does not depend on the persistence binds first: they may still be on their
+/// way from the supervisor).
 fn build(sync: RawFd, spec: &mut SandboxSpec) -> Result<(), StepError> {
-    inherited_env::wipe().at(Step::Internal)?;
-    identity::drop_bounding()?;
-    set_hostname(&spec.hostname)?;
     mounts::build_base(&spec.mounts)?;
     let done = mounts::build_ops_before_persistence(&spec.mounts)?;
     receive_persistence(sync, spec)?;
