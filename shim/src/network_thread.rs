@@ -7,10 +7,10 @@
 //! The main thread moves into the namespace as soon as it exists ([`Network::enter`], before it
 //! forks anything) and joins the thread once what it holds is ready ([`Network::finish`]), which
 //! comes before anything is set per thread (credentials, Landlock, seccomp): no part of init
-//! runs with less confinement than the rest once the first of those is set. The thread keeps
-//! the bounding set it was started with: it limits only what an exec could gain, and the thread
-//! never execs and is gone before the program starts. Failures are reported in the pipeline's
-//! order: the network's first.
+//! runs with less confinement than the rest once the first of those is set. The thread starts
+//! after init has emptied the bounding set (which limits only what an exec could gain; the
+//! thread never execs and is gone before the program starts). Failures are reported in the
+//! pipeline's order: the network's first.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::mpsc;
