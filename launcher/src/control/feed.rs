@@ -4,7 +4,7 @@
 //! counter per denied host (at most `MAX_HOSTS`, then one for the rest).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::broadcast;
 
@@ -19,7 +19,10 @@ pub const END: &str = "";
 
 pub struct Feed {
     state: Mutex<State>,
-    followers: broadcast::Sender<Arc<str>>,
+    /// Made by the first follower: its ring of `FOLLOW_BUFFER` slots is ~40 KiB that every
+    /// launch would otherwise allocate and touch before the clone, for a stream that is
+    /// rarely followed. A follower only ever gets what is sent after it subscribed.
+    followers: OnceLock<broadcast::Sender<Arc<str>>>,
 }
 
 #[derive(Default)]
@@ -35,7 +38,7 @@ impl Default for Feed {
     fn default() -> Self {
         Feed {
             state: Mutex::default(),
-            followers: broadcast::channel(FOLLOW_BUFFER).0,
+            followers: OnceLock::new(),
         }
     }
 }
@@ -67,7 +70,9 @@ impl Feed {
             s.recent.push_back(line.clone());
         }
         // No follower: nothing to do.
-        let _ = self.followers.send(line);
+        if let Some(followers) = self.followers.get() {
+            let _ = followers.send(line);
+        }
     }
 
     /// The sandbox has ended: let the followers write what they have (at most `limit`), so
@@ -76,7 +81,9 @@ impl Feed {
         if !self.has_followers() {
             return;
         }
-        let _ = self.followers.send(Arc::from(END));
+        if let Some(followers) = self.followers.get() {
+            let _ = followers.send(Arc::from(END));
+        }
         let deadline = std::time::Instant::now() + limit;
         while self.has_followers() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -84,7 +91,12 @@ impl Feed {
     }
 
     pub fn has_followers(&self) -> bool {
-        self.followers.receiver_count() > 0
+        self.followers.get().is_some_and(|f| f.receiver_count() > 0)
+    }
+
+    fn sender(&self) -> &broadcast::Sender<Arc<str>> {
+        self.followers
+            .get_or_init(|| broadcast::channel(FOLLOW_BUFFER).0)
     }
 
     /// The recent lines and a subscription to what follows, taken together so none is lost
@@ -93,9 +105,9 @@ impl Feed {
         match self.state.lock() {
             Ok(s) => (
                 s.recent.iter().cloned().collect(),
-                self.followers.subscribe(),
+                self.sender().subscribe(),
             ),
-            Err(_) => (Vec::new(), self.followers.subscribe()),
+            Err(_) => (Vec::new(), self.sender().subscribe()),
         }
     }
 
