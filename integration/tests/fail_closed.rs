@@ -367,9 +367,29 @@ fn a_failing_create_guard_is_refused() {
 }
 
 #[test]
+fn init_whose_filter_cannot_be_shared_with_its_guard_thread_is_refused() {
+    // Init installs one program for its main thread and its guard's thread at once (flags =
+    // TSYNC); when that fails, nothing runs. The other installs (flags 0, and the guard's
+    // listener) still go in.
+    let tsync = libc::SECCOMP_FILTER_FLAG_TSYNC;
+    for caller in CALLERS {
+        let work = TempDir::new("notsync");
+        let fault = format!("seccomp:{tsync}=EINVAL");
+        let out = launch_under(caller, &work.path, &["--errno-if-arg1", &fault], &[]);
+        assert_refused(caller, &work, &out, 117, &["seccomp"]);
+        assert!(
+            stderr(&out).contains("SECCOMP_SET_MODE_FILTER"),
+            "{}",
+            explain(&out)
+        );
+        assert_runs(caller, &work, &[]);
+    }
+}
+
+#[test]
 fn a_create_guard_thread_that_cannot_set_itself_up_is_refused() {
     // The guard's thread of init takes a working directory and umask of its own
-    // (unshare(CLONE_FS)) before it installs its filter; when that fails, nothing runs. Only
+    // (unshare(CLONE_FS)) before init installs their filter; when that fails, nothing runs. Only
     // that unshare fails (init's network thread makes its namespace with another).
     let fault = format!("unshare:{}=EPERM", libc::CLONE_FS);
     for caller in CALLERS {

@@ -160,18 +160,26 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     };
 
     // The guard's thread starts here: after the privileges and Landlock, which it shares with
-    // the rest of init, and before init's own seccomp filter (it installs its own). Init waits
-    // for it at once, so it starts on init's CPU and runs there while init waits: the target
-    // has the other one (see `init::fork_target`), and a thread left to the kernel's choice was
-    // often queued behind the target's filters (0.2-0.3 ms more, in over a third of launches).
+    // the rest of init, and before init's seccomp filter, which is installed for both threads
+    // once the thread has a working directory of its own (the policy denies unshare). Init
+    // waits for it at once, so it starts on init's CPU and runs there while init waits: the
+    // target has the other one (see `init::fork_target`), and a thread left to the kernel's
+    // choice was often queued behind the target's filters (0.2-0.3 ms more, in over a third of
+    // launches).
+    let seccomp_failed = |e: anyhow::Error| StepError::new(Step::Seccomp, format!("{e:#}"), None);
     let guard_thread = if guarded {
-        let t = create_guard::GuardThread::start(&filter)?.ready()?;
+        let t = create_guard::GuardThread::start()?.ready()?;
         identity::drop_kept()?;
+        // One program for both of init's threads, the guard's prefix in front of the policy
+        // (see `GuardThread`), then the main thread narrowed back to the policy alone.
+        let shared = create_guard::GuardThread::program(&filter);
+        seccomp::install_for_all_threads(&shared).map_err(seccomp_failed)?;
+        seccomp::install(&create_guard::main_thread_denies()).map_err(seccomp_failed)?;
         Some(t)
     } else {
+        seccomp::install(&filter).map_err(seccomp_failed)?;
         None
     };
-    seccomp::install(&filter).map_err(|e| StepError::new(Step::Seccomp, format!("{e:#}"), None))?;
     for text in warnings {
         send(sync, &FromShim::Warning { text })?;
     }
@@ -182,6 +190,9 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
         .as_ref()
         .map(|t| verify::verify_guard_thread(t.tid()))
         .transpose()?;
+    if let Some(g) = &facts.guard_thread {
+        verify::verify_main_thread_narrowed(facts.seccomp_filters, g.seccomp_filters)?;
+    }
     // Everything is verified: the target may go. The facts go to the supervisor after its
     // exec, with the news that it runs (the supervisor only reports them); encoding and sending
     // them first kept the program waiting ~0.1 ms.

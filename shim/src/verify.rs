@@ -16,6 +16,9 @@ use crate::spec::{NetworkSpec, SandboxSpec};
 #[derive(Debug, Serialize)]
 pub struct Facts {
     pub seccomp_mode: u32,
+    /// How many filters are stacked on init's main thread (`Seccomp_filters`, Linux >= 5.9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seccomp_filters: Option<u32>,
     pub no_new_privs: bool,
     pub capabilities: Caps,
     pub uid: u32,
@@ -43,6 +46,8 @@ pub struct Facts {
 #[derive(Debug, Serialize)]
 pub struct GuardThreadFacts {
     pub seccomp_mode: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seccomp_filters: Option<u32>,
     pub no_new_privs: bool,
     pub capabilities: Caps,
 }
@@ -67,6 +72,7 @@ fn fail(message: String) -> StepError {
 /// Fields of /proc/self/status.
 struct Status {
     seccomp: u32,
+    seccomp_filters: Option<u32>,
     nnp: bool,
     caps: Caps,
 }
@@ -85,6 +91,7 @@ fn read_status(path: &str) -> Result<Status, StepError> {
     };
     Ok(Status {
         seccomp: field("Seccomp").and_then(|v| v.parse().ok()).unwrap_or(0),
+        seccomp_filters: field("Seccomp_filters").and_then(|v| v.parse().ok()),
         nnp: field("NoNewPrivs") == Some("1"),
         caps: Caps {
             inheritable: hex("CapInh")?,
@@ -360,6 +367,7 @@ pub fn verify(
     }
     Ok(Facts {
         seccomp_mode: status.seccomp,
+        seccomp_filters: status.seccomp_filters,
         no_new_privs: status.nnp,
         capabilities: status.caps,
         uid,
@@ -385,6 +393,19 @@ pub fn verify(
     })
 }
 
+/// The guard thread's filter is shared with init's main thread, which has one more stacked on
+/// it that narrows it back to the policy (see `create_guard::GuardThread`): where the kernel
+/// counts filters, the main thread must have more than the guard's thread.
+pub fn verify_main_thread_narrowed(main: Option<u32>, guard: Option<u32>) -> Result<(), StepError> {
+    match (main, guard) {
+        (Some(m), Some(g)) if m <= g => Err(fail(format!(
+            "init's main thread has {m} seccomp filter(s) and its guard thread {g}: the filter \
+             that holds the main thread to the policy is missing"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The create guard's thread of init (`tid`), once its filter is in place.
 pub fn verify_guard_thread(tid: libc::pid_t) -> Result<GuardThreadFacts, StepError> {
     let status = read_status(&format!("/proc/self/task/{tid}/status"))?;
@@ -403,6 +424,7 @@ pub fn verify_guard_thread(tid: libc::pid_t) -> Result<GuardThreadFacts, StepErr
     }
     Ok(GuardThreadFacts {
         seccomp_mode: status.seccomp,
+        seccomp_filters: status.seccomp_filters,
         no_new_privs: status.nnp,
         capabilities: status.caps,
     })
@@ -416,6 +438,15 @@ mod tests {
         proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n\
         tmpfs /dev tmpfs rw,nosuid,noexec,mode=755 0 0\n\
         /dev/vda /work/my\\040dir ext4 rw,relatime 0 0\n";
+
+    #[test]
+    fn a_main_thread_without_its_narrowing_filter_is_refused() {
+        assert!(verify_main_thread_narrowed(Some(2), Some(1)).is_ok());
+        let e = verify_main_thread_narrowed(Some(1), Some(1)).unwrap_err();
+        assert!(e.0.message.contains("missing"), "{}", e.0.message);
+        // A kernel that does not count filters: nothing to compare.
+        assert!(verify_main_thread_narrowed(None, None).is_ok());
+    }
 
     #[test]
     fn one_root_and_no_old_root_is_clean() {

@@ -78,6 +78,7 @@ enum Label {
     Sendto,
     /// The end of a prefix: what follows it.
     End,
+    Deny,
 }
 
 enum Insn {
@@ -167,11 +168,18 @@ pub fn filter() -> Vec<libc::sock_filter> {
     assemble(&p)
 }
 
-/// In front of the main policy's program, for init's guard thread only: `pidfd_getfd`,
-/// `process_vm_readv` and `process_vm_writev` allowed (the guard copies the asking thread's
-/// arguments out of its memory, takes a socket to bind from it, and writes back the lengths a
-/// sendmmsg it performed sent; the policy denies all three to every process of the sandbox, and
-/// still does: the target inherits init's main thread's filter, which has no such prefix).
+/// What only init's guard thread may do of what the policy denies every process of the
+/// sandbox: the guard copies the asking thread's arguments out of its memory, takes a socket to
+/// bind from it, and writes back the lengths a sendmmsg it performed sent.
+#[cfg(target_arch = "x86_64")]
+const GUARD_ONLY: [libc::c_long; 3] = [
+    libc::SYS_pidfd_getfd,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+];
+
+/// In front of the main policy's program, for init's threads (see `GuardThread`): the
+/// [`GUARD_ONLY`] syscalls allowed, everything else as the policy says.
 #[cfg(target_arch = "x86_64")]
 pub fn guard_thread_prefix() -> Vec<libc::sock_filter> {
     use Insn::*;
@@ -180,22 +188,34 @@ pub fn guard_thread_prefix() -> Vec<libc::sock_filter> {
         Load(ARCH),
         Jump(JEQ, AUDIT_ARCH_X86_64, Next, L(Label::End)),
         Load(NR),
-        Jump(JEQ, libc::SYS_pidfd_getfd as u32, L(Label::Allow), Next),
-        Jump(
-            JEQ,
-            libc::SYS_process_vm_readv as u32,
-            L(Label::Allow),
-            Next,
-        ),
-        Jump(
-            JEQ,
-            libc::SYS_process_vm_writev as u32,
-            L(Label::Allow),
-            L(Label::End),
-        ),
+        Jump(JEQ, GUARD_ONLY[0] as u32, L(Label::Allow), Next),
+        Jump(JEQ, GUARD_ONLY[1] as u32, L(Label::Allow), Next),
+        Jump(JEQ, GUARD_ONLY[2] as u32, L(Label::Allow), L(Label::End)),
         Here(Label::Allow),
         Ret(libc::SECCOMP_RET_ALLOW),
         Here(Label::End),
+    ])
+}
+
+/// Stacked on init's main thread over the program with [`guard_thread_prefix`], which it
+/// shares with the guard's thread: the [`GUARD_ONLY`] syscalls denied again (EPERM, as the
+/// default policy denies them), so that the main thread, and whatever it starts later, is held
+/// to the policy alone. Another ABI is the policy's to judge.
+#[cfg(target_arch = "x86_64")]
+pub fn main_thread_denies() -> Vec<libc::sock_filter> {
+    use Insn::*;
+    use To::{Label as L, Next};
+    assemble(&[
+        Load(ARCH),
+        Jump(JEQ, AUDIT_ARCH_X86_64, Next, L(Label::Allow)),
+        Load(NR),
+        Jump(JEQ, GUARD_ONLY[0] as u32, L(Label::Deny), Next),
+        Jump(JEQ, GUARD_ONLY[1] as u32, L(Label::Deny), Next),
+        Jump(JEQ, GUARD_ONLY[2] as u32, L(Label::Deny), L(Label::Allow)),
+        Here(Label::Deny),
+        Ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        Here(Label::Allow),
+        Ret(libc::SECCOMP_RET_ALLOW),
     ])
 }
 
@@ -367,6 +387,30 @@ mod tests {
         assert_eq!(
             eval(&p, libc::SYS_pidfd_getfd, 0x4000_0003, [0; 6]),
             libc::SECCOMP_RET_ERRNO | 1
+        );
+    }
+
+    #[test]
+    fn the_main_thread_is_denied_again_what_the_guard_thread_alone_may_do() {
+        let p = main_thread_denies();
+        for nr in GUARD_ONLY {
+            assert_eq!(
+                eval(&p, nr, X86, [0; 6]),
+                libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+                "{nr}"
+            );
+        }
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_ptrace,
+            libc::SYS_wait4,
+            libc::SYS_kill,
+        ] {
+            assert_eq!(eval(&p, nr, X86, [0; 6]), libc::SECCOMP_RET_ALLOW, "{nr}");
+        }
+        assert_eq!(
+            eval(&p, libc::SYS_pidfd_getfd, 0x4000_0003, [0; 6]),
+            libc::SECCOMP_RET_ALLOW
         );
     }
 }

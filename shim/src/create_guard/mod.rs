@@ -16,7 +16,7 @@
 //!
 //! The guard answers on a thread of init's own (see [`GuardThread`]), with its own working
 //! directory and umask, and a seccomp filter that differs from the policy's only in letting it
-//! take a socket from the target (pidfd_getfd).
+//! take a socket from the target (pidfd_getfd) and copy its arguments (process_vm_readv).
 //!
 //! The modules: `filter` (the BPF program: which syscalls come here), `listener` (handing the
 //! notification descriptor from the target to init), `decode` (each syscall's arguments, copied
@@ -191,14 +191,17 @@ impl Handler {
     }
 }
 
-/// The thread of init that answers the guard's notifications. Started before init's own
-/// seccomp filter is installed, so it can install its own: the policy's program behind a prefix
-/// that lets it take sockets from the target (pidfd_getfd, which the policy denies to every
-/// process of the sandbox — the target inherits the main thread's filter, not this one). It
-/// also has a working directory and umask of its own (unshare(CLONE_FS)), so that binding a
-/// relative socket path from the target's directory, or creating with the target's umask,
-/// changes nothing for init's main thread. Of the capabilities it keeps CAP_SYS_PTRACE in its
-/// permitted set (see `target`); the main thread drops it as soon as this thread runs.
+/// The thread of init that answers the guard's notifications. It has a working directory and
+/// umask of its own (unshare(CLONE_FS)), so that binding a relative socket path from the
+/// target's directory, or creating with the target's umask, changes nothing for init's main
+/// thread. Its seccomp filter is the policy's program behind a prefix that lets it take sockets
+/// from the target (pidfd_getfd, which the policy denies to every process of the sandbox):
+/// [`GuardThread::program`], which init installs once for both of its threads (TSYNC) when the
+/// thread is ready, and then narrows back to the policy for the main thread alone with
+/// [`main_thread_denies`] (one program compiled by the kernel instead of two of the policy's
+/// size). The target installs the policy itself before init's filter exists. Of the
+/// capabilities the thread keeps CAP_SYS_PTRACE in its permitted set (see `target`); the main
+/// thread drops it as soon as this thread runs.
 pub struct GuardThread {
     handler: mpsc::Sender<Serve>,
     tid: libc::pid_t,
@@ -214,31 +217,19 @@ pub struct Starting {
 }
 
 impl GuardThread {
-    /// Start the thread; it installs its filter while the caller goes on. From the moment this
-    /// returns, the thread exists with the caller's filter, credentials and Landlock domain as
-    /// they were: the caller may install its own filter and drop what the thread keeps.
-    pub fn start(policy: &BpfProgram) -> Result<Starting, StepError> {
-        let prog: BpfProgram = filter::guard_thread_prefix()
-            .into_iter()
-            .map(|i| seccompiler::sock_filter {
-                code: i.code,
-                jt: i.jt,
-                jf: i.jf,
-                k: i.k,
-            })
-            .chain(policy.iter().cloned())
-            .collect();
+    /// Start the thread. It makes its working directory its own and then only waits to be
+    /// served; [`Starting::ready`] waits for that. From the moment this returns, the thread exists
+    /// with the caller's credentials and Landlock domain as they were, and no seccomp filter:
+    /// the caller installs [`GuardThread::program`] for both threads once it is ready.
+    pub fn start() -> Result<Starting, StepError> {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<libc::pid_t, String>>();
         let (handler_tx, handler_rx) = mpsc::channel::<Serve>();
         // On init's CPU: init waits for it at once (see `crate::cpus`).
         let spawned = crate::cpus::spawn(GUARD_STACK, crate::cpus::Start::Here, move || {
             // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
             unsafe { libc::prctl(libc::PR_SET_NAME, c"create-guard".as_ptr()) };
-            let setup = own_fs().and_then(|()| {
-                crate::seccomp::install(&prog).map_err(|e| format!("{e:#}"))?;
-                // SAFETY: gettid has no preconditions.
-                Ok(unsafe { libc::gettid() })
-            });
+            // SAFETY: gettid has no preconditions.
+            let setup = own_fs().map(|()| unsafe { libc::gettid() });
             let ok = setup.is_ok();
             let _ = ready_tx.send(setup);
             if !ok {
@@ -261,6 +252,14 @@ impl GuardThread {
             handler: handler_tx,
             ready: ready_rx,
         })
+    }
+
+    /// The guard thread's seccomp program: `policy` behind the prefix of what only the guard may
+    /// do (see `filter::guard_thread_prefix`).
+    pub fn program(policy: &BpfProgram) -> BpfProgram {
+        let mut prog = bpf(filter::guard_thread_prefix());
+        prog.extend(policy.iter().cloned());
+        prog
     }
 
     /// The thread's id (for verification).
@@ -288,7 +287,7 @@ impl GuardThread {
 }
 
 impl Starting {
-    /// Wait until the thread's filter is in place.
+    /// Wait until the thread has its own working directory (it has no filter yet).
     pub fn ready(self) -> Result<GuardThread, StepError> {
         match self.ready.recv() {
             Ok(Ok(tid)) => Ok(GuardThread {
@@ -299,6 +298,24 @@ impl Starting {
             Err(_) => Err(cannot_start("it ended during setup".into())),
         }
     }
+}
+
+/// Stacked on init's main thread over [`GuardThread::program`]: denies again what only the
+/// guard's thread may do (see `filter::main_thread_denies`).
+pub fn main_thread_denies() -> BpfProgram {
+    bpf(filter::main_thread_denies())
+}
+
+fn bpf(insns: Vec<libc::sock_filter>) -> BpfProgram {
+    insns
+        .into_iter()
+        .map(|i| seccompiler::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect()
 }
 
 fn cannot_start(why: String) -> StepError {

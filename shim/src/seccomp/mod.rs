@@ -107,9 +107,20 @@ fn program(filters: Vec<BpfProgram>) -> BpfProgram {
 }
 
 /// Load `prog` as this thread's seccomp filter (it is inherited by every child and kept across
-/// execve). The caller is single-threaded here, so no TSYNC. Sets no_new_privs first (the
-/// kernel demands it of an unprivileged caller; it is already set in the shim).
+/// execve). Sets no_new_privs first (the kernel demands it of an unprivileged caller; it is
+/// already set in the shim).
 pub fn install(prog: &BpfProgram) -> Result<()> {
+    install_with(prog, 0)
+}
+
+/// Load `prog` as the filter of every thread of this process at once (SECCOMP_FILTER_FLAG_TSYNC):
+/// one program for all of them, compiled once by the kernel. Refused when another thread
+/// already has a filter this one does not descend from.
+pub fn install_for_all_threads(prog: &BpfProgram) -> Result<()> {
+    install_with(prog, libc::SECCOMP_FILTER_FLAG_TSYNC)
+}
+
+fn install_with(prog: &BpfProgram, flags: libc::c_ulong) -> Result<()> {
     if prog.is_empty() || prog.len() > BPF_MAXINSNS {
         bail!(
             "cannot install a seccomp filter of {} instructions (must be 1..={BPF_MAXINSNS})",
@@ -131,10 +142,17 @@ pub fn install(prog: &BpfProgram) -> Result<()> {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            0,
+            flags,
             &fprog as *const libc::sock_fprog,
         )
     };
+    if rc > 0 {
+        // TSYNC: the id of a thread that could not take the filter.
+        bail!(
+            "seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): thread {rc} of this process cannot take \
+             the filter (it has one of its own)"
+        );
+    }
     if rc != 0 {
         let err = io::Error::last_os_error();
         let hint = match err.raw_os_error() {
