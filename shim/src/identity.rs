@@ -6,7 +6,7 @@ use crate::sys;
 
 /// The highest capability number this kernel knows.
 fn last_cap() -> u64 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+    sys::read_proc("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63)

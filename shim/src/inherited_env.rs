@@ -4,13 +4,11 @@
 //! (That file is unreadable inside anyway — init is not dumpable — so this is the second
 //! layer: what is not there cannot leak.)
 
-use std::fs;
-
 /// Overwrite the inherited environment block with zeros. Afterwards every variable of this
 /// process reads as empty and unset, which nothing in init relies on.
 pub fn wipe() -> Result<(), String> {
     let stat =
-        fs::read_to_string("/proc/self/stat").map_err(|e| format!("/proc/self/stat: {e}"))?;
+        crate::sys::read_proc("/proc/self/stat").map_err(|e| format!("/proc/self/stat: {e}"))?;
     let (start, end) = env_bounds(&stat).ok_or("/proc/self/stat: no env_start/env_end")?;
     if end > start {
         // SAFETY: [start, end) is this process's initial environment block, which the kernel
@@ -38,7 +36,7 @@ mod tests {
 
     #[test]
     fn bounds_are_read_past_a_command_name_with_spaces() {
-        let own = fs::read_to_string("/proc/self/stat").unwrap();
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
         let (start, end) = env_bounds(&own).unwrap();
         assert!(start > 0 && end > start);
         let tail = &own[own.rfind(')').unwrap()..];

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::channel::{Step, StepError};
 use crate::landlock::LandlockFacts;
 use crate::spec::{NetworkSpec, SandboxSpec};
+use crate::sys;
 
 /// The facts checked from inside, reported to `--json-status-fd`.
 #[derive(Debug, Serialize)]
@@ -78,7 +79,7 @@ struct Status {
 }
 
 fn read_status(path: &str) -> Result<Status, StepError> {
-    let text = read_proc(path).map_err(|e| fail(format!("cannot read {path}: {e}")))?;
+    let text = sys::read_proc(path).map_err(|e| fail(format!("cannot read {path}: {e}")))?;
     let field = |name: &str| -> Option<&str> {
         text.lines()
             .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
@@ -101,24 +102,6 @@ fn read_status(path: &str) -> Result<Status, StepError> {
             ambient: hex("CapAmb")?,
         },
     })
-}
-
-/// A /proc file, read to its end with nothing else (`read_to_end` first asks for a size, which
-/// /proc files do not have, and for the position: two more system calls per file).
-fn read_proc(path: &str) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mut text = Vec::with_capacity(8 << 10);
-    let mut page = [0u8; 4096];
-    loop {
-        match file.read(&mut page) {
-            Ok(0) => break,
-            Ok(n) => text.extend_from_slice(&page[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    String::from_utf8(text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 fn cpath(p: &Path) -> CString {
@@ -153,7 +136,7 @@ fn landlock_probe(facts: &LandlockFacts) -> Result<String, StepError> {
 }
 
 fn interfaces() -> Result<Vec<String>, StepError> {
-    let text = read_proc("/proc/self/net/dev")
+    let text = sys::read_proc("/proc/self/net/dev")
         .map_err(|e| fail(format!("cannot read /proc/self/net/dev: {e}")))?;
     Ok(text
         .lines()
@@ -188,7 +171,7 @@ fn external_connect() -> Result<Result<std::net::SocketAddr, Errno>, StepError> 
 /// process's root) with the same escaped mount points, and costs about a third less to make:
 /// no root within the filesystem, no mount ids or propagation.
 fn old_root_reachable() -> Result<bool, StepError> {
-    let text = read_proc("/proc/self/mounts")
+    let text = sys::read_proc("/proc/self/mounts")
         .map_err(|e| fail(format!("cannot read /proc/self/mounts: {e}")))?;
     Ok(root_mounts_left(&text))
 }
@@ -272,7 +255,7 @@ pub fn settled(spec: &SandboxSpec) -> Result<Settled, StepError> {
             "the host's root is still mounted inside the sandbox".into(),
         ));
     }
-    let oom_score_adj = read_proc("/proc/self/oom_score_adj")
+    let oom_score_adj = sys::read_proc("/proc/self/oom_score_adj")
         .ok()
         .and_then(|s| s.trim().parse().ok());
     if oom_score_adj != Some(spec.limits.oom_score_adj) {
@@ -478,10 +461,10 @@ mod tests {
     fn files_are_read_to_their_end() {
         // Longer than the page read at a time.
         let long = concat!(env!("CARGO_MANIFEST_DIR"), "/src/verify.rs");
-        let text = read_proc(long).unwrap();
+        let text = sys::read_proc(long).unwrap();
         assert!(text.len() > 4096);
         assert_eq!(text, std::fs::read_to_string(long).unwrap());
-        let mounts = read_proc("/proc/self/mounts").unwrap();
+        let mounts = sys::read_proc("/proc/self/mounts").unwrap();
         assert!(mounts.lines().any(|l| l.split(' ').nth(1) == Some("/")));
     }
 }

@@ -185,7 +185,7 @@ impl Birth {
 
 impl crate::supervisor::AroundClone for Birth {
     fn before(&self) -> Result<(), StepError> {
-        let old = std::fs::read_to_string(OOM_FILE)
+        let old = shim::sys::read_proc(OOM_FILE)
             .map_err(|e| limits_error(format!("cannot read {OOM_FILE}: {e}")))?;
         std::fs::write(OOM_FILE, OOM_SCORE_ADJ.to_string())
             .map_err(|e| limits_error(format!("cannot raise {OOM_FILE}: {e}")))?;
