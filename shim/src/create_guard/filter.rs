@@ -178,23 +178,33 @@ const GUARD_ONLY: [libc::c_long; 3] = [
     libc::SYS_process_vm_writev,
 ];
 
+/// The [`GUARD_ONLY`] syscalls (of x86-64) to `then`, everything else to `otherwise`.
+#[cfg(target_arch = "x86_64")]
+fn guard_only(then: Label, otherwise: Label) -> Vec<Insn> {
+    use Insn::*;
+    use To::{Label as L, Next};
+    vec![
+        Load(ARCH),
+        Jump(JEQ, AUDIT_ARCH_X86_64, Next, L(otherwise)),
+        Load(NR),
+        Jump(JEQ, GUARD_ONLY[0] as u32, L(then), Next),
+        Jump(JEQ, GUARD_ONLY[1] as u32, L(then), Next),
+        Jump(JEQ, GUARD_ONLY[2] as u32, L(then), L(otherwise)),
+    ]
+}
+
 /// In front of the main policy's program, for init's threads (see `GuardThread`): the
 /// [`GUARD_ONLY`] syscalls allowed, everything else as the policy says.
 #[cfg(target_arch = "x86_64")]
 pub fn guard_thread_prefix() -> Vec<libc::sock_filter> {
     use Insn::*;
-    use To::{Label as L, Next};
-    assemble(&[
-        Load(ARCH),
-        Jump(JEQ, AUDIT_ARCH_X86_64, Next, L(Label::End)),
-        Load(NR),
-        Jump(JEQ, GUARD_ONLY[0] as u32, L(Label::Allow), Next),
-        Jump(JEQ, GUARD_ONLY[1] as u32, L(Label::Allow), Next),
-        Jump(JEQ, GUARD_ONLY[2] as u32, L(Label::Allow), L(Label::End)),
+    let mut p = guard_only(Label::Allow, Label::End);
+    p.extend([
         Here(Label::Allow),
         Ret(libc::SECCOMP_RET_ALLOW),
         Here(Label::End),
-    ])
+    ]);
+    assemble(&p)
 }
 
 /// Stacked on init's main thread over the program with [`guard_thread_prefix`], which it
@@ -204,19 +214,14 @@ pub fn guard_thread_prefix() -> Vec<libc::sock_filter> {
 #[cfg(target_arch = "x86_64")]
 pub fn main_thread_denies() -> Vec<libc::sock_filter> {
     use Insn::*;
-    use To::{Label as L, Next};
-    assemble(&[
-        Load(ARCH),
-        Jump(JEQ, AUDIT_ARCH_X86_64, Next, L(Label::Allow)),
-        Load(NR),
-        Jump(JEQ, GUARD_ONLY[0] as u32, L(Label::Deny), Next),
-        Jump(JEQ, GUARD_ONLY[1] as u32, L(Label::Deny), Next),
-        Jump(JEQ, GUARD_ONLY[2] as u32, L(Label::Deny), L(Label::Allow)),
+    let mut p = guard_only(Label::Deny, Label::Allow);
+    p.extend([
         Here(Label::Deny),
         Ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
         Here(Label::Allow),
         Ret(libc::SECCOMP_RET_ALLOW),
-    ])
+    ]);
+    assemble(&p)
 }
 
 #[cfg(test)]
