@@ -398,6 +398,7 @@ mod tests {
     #[test]
     fn the_main_thread_is_denied_again_what_the_guard_thread_alone_may_do() {
         let p = main_thread_denies();
+        assert_eq!(p.len(), 8);
         for nr in GUARD_ONLY {
             assert_eq!(
                 eval(&p, nr, X86, [0; 6]),
