@@ -234,6 +234,16 @@ fn json_status_reports_the_verified_facts() {
         .expect(&text);
     assert_eq!(verified["facts"]["seccomp_mode"], 2);
     assert_eq!(verified["facts"]["no_new_privs"], true);
+    // Init's threads share one program; the main thread has the narrowing filter on top.
+    assert_eq!(verified["facts"]["seccomp_filters"], 2, "{text}");
+    assert_eq!(
+        verified["facts"]["guard_thread"]["seccomp_mode"], 2,
+        "{text}"
+    );
+    assert_eq!(
+        verified["facts"]["guard_thread"]["seccomp_filters"], 1,
+        "{text}"
+    );
     assert_eq!(verified["facts"]["landlock"]["enforced"], true);
     assert_eq!(
         verified["facts"]["network_interfaces"],

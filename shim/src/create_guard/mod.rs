@@ -16,7 +16,8 @@
 //!
 //! The guard answers on a thread of init's own (see [`GuardThread`]), with its own working
 //! directory and umask, and a seccomp filter that differs from the policy's only in letting it
-//! take a socket from the target (pidfd_getfd) and copy its arguments (process_vm_readv).
+//! take a socket from the target (pidfd_getfd) and copy its arguments out and lengths back
+//! (process_vm_readv, process_vm_writev).
 //!
 //! The modules: `filter` (the BPF program: which syscalls come here), `listener` (handing the
 //! notification descriptor from the target to init), `decode` (each syscall's arguments, copied
