@@ -205,6 +205,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
         .and_then(|f| f(shim_proc.pid))
         .into_iter()
         .collect();
+    let mut early_reports = Vec::new();
     loop {
         let msg = match channel::recv::<FromShim>(sync) {
             Ok(Some(m)) => {
@@ -245,8 +246,12 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
         };
         match msg {
-            // Only the guard sends these, once the program runs.
-            (FromShim::Refused { .. } | FromShim::WriteFailed { .. }, _) => {}
+            // Only the guard sends these, once the program runs — which can be before init's
+            // report that it runs arrives (init sends it after it hands the guard its
+            // listener): kept for when that report has come.
+            (msg @ (FromShim::Refused { .. } | FromShim::WriteFailed { .. }), _) => {
+                early_reports.push(msg);
+            }
             (FromShim::Warning { text }, _) => {
                 launch.status.warn(&text);
             }
@@ -290,6 +295,9 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
     }
     let mut violations =
         FsViolations::new(&mut *launch.status, launch.verbose, launch.prompts.take());
+    for msg in early_reports {
+        violations.report(msg);
+    }
     let (mut code, timed_out) = forward_until_exit(
         &shim_proc,
         &signals,
