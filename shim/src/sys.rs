@@ -325,7 +325,8 @@ pub fn c(s: &'static [u8]) -> &'static CStr {
 
 /// A /proc file, read to its end with nothing else (`read_to_end` and `read_to_string` first
 /// ask for a size, which /proc files do not have, then read in small growing pieces: five to
-/// eight system calls for a file of a few hundred bytes, where this makes three).
+/// eight reads for a file of a few hundred bytes, where this makes two — one page, and one that
+/// finds the end).
 pub fn read_proc(path: &str) -> std::io::Result<String> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
