@@ -201,6 +201,12 @@ fn setup(sync: RawFd, network: &NetworkSpec) -> Result<bool, StepError> {
             // the proxy finds the socket behind a connection by its addresses.
             let diag = network::sock_diag().ok();
             fds.extend(diag.as_ref().map(|d| d.as_raw_fd()));
+            // Sent by this thread as its last act. Sent instead by init's main thread once it has
+            // joined this one (so that the supervisor, woken by it, no longer works on this
+            // thread's CPU while init waits for its end), launches were 0.7–5% faster in the
+            // benchmark's empty setting and 1.6–5% slower in a developer's (interleaved A/B),
+            // where this thread ends before init needs it and the supervisor's work then met
+            // init's last steps.
             let msg = FromShim::Listeners {
                 transparent: extra.is_some(),
             };
