@@ -308,6 +308,104 @@ fn bind_of_a_repository_keeps_its_git_hooks_protected() {
     }
 }
 
+/// A bind of a directory below the home directory, at another name: the home's protected paths
+/// in it are protected at that name too (git's configuration, a shell's startup file, an
+/// autostart entry), judged by what git and the home do on the host afterwards.
+#[test]
+fn a_home_subdirectory_bound_elsewhere_keeps_the_homes_protections() {
+    for caller in CALLERS {
+        let work = TempDir::new("mhs-work");
+        work.mkdir(".config");
+        work.mkdir(".local/bin");
+        let w = work.path.display();
+        let marker = work.join("PWNED");
+        let out = run(
+            caller,
+            &work.path,
+            &[
+                "--bind".into(),
+                format!("{w}/.config:/tmp/c"),
+                "--bind".into(),
+                format!("{w}/.local:/tmp/l"),
+            ],
+            &format!(
+                "mkdir -p /tmp/c/git && printf '[core]\\n\\tfsmonitor = touch {m}\\n' > /tmp/c/git/config && echo GITCONFIG; \
+                 mkdir -p /tmp/c/fish && echo 'touch {m}' > /tmp/c/fish/config.fish && echo FISH; \
+                 mkdir -p /tmp/c/autostart && echo x > /tmp/c/autostart/x.desktop && echo AUTOSTART; \
+                 echo 'touch {m}' > /tmp/l/bin/ls && echo LOCALBIN; \
+                 echo ok > /tmp/c/ordinary.txt && echo ordinary-ok; true",
+                m = marker.display()
+            ),
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("ordinary-ok"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        for planted in ["GITCONFIG", "FISH", "AUTOSTART", "LOCALBIN"] {
+            assert!(
+                !text.contains(planted),
+                "{caller:?}: {planted}: {}",
+                explain(&out)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(work.join(".config/ordinary.txt")).unwrap(),
+            "ok\n"
+        );
+        for p in [
+            ".config/git",
+            ".config/fish",
+            ".config/autostart",
+            ".local/bin/ls",
+        ] {
+            assert!(!work.join(p).exists(), "{caller:?}: {p} reached the host");
+        }
+        // What the host runs afterwards: git, with this home (its configuration would name the
+        // planted command).
+        let _ = std::process::Command::new("git")
+            .args(["-C", &w.to_string(), "status"])
+            .env("HOME", &work.path)
+            .env("XDG_CONFIG_HOME", work.join(".config"))
+            .output()
+            .expect("git");
+        assert!(!marker.exists(), "{caller:?}: planted code ran on the host");
+    }
+}
+
+/// The target of the working directory's protected symlink (`.envrc` -> a file elsewhere),
+/// bound writable at another name: refused there too; the same bind's other files are written.
+#[test]
+fn a_protected_symlinks_target_bound_elsewhere_stays_protected() {
+    for caller in CALLERS {
+        let work = TempDir::new("mls-work");
+        let dot = TempDir::new_in("/var/tmp", "mls-dot");
+        dot.write("envrc", "# safe\n");
+        std::os::unix::fs::symlink(dot.join("envrc"), work.join(".envrc")).unwrap();
+        let out = run(
+            caller,
+            &work.path,
+            &["--bind".into(), format!("{}:/tmp/d", dot.path.display())],
+            "echo 'touch /tmp/PWNED' >> /tmp/d/envrc && echo ENVRC-WRITTEN; \
+             echo ok > /tmp/d/other && echo other-ok; true",
+        );
+        let text = stdout(&out);
+        assert!(text.contains("other-ok"), "{caller:?}: {}", explain(&out));
+        assert!(
+            !text.contains("ENVRC-WRITTEN"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(dot.join("envrc")).unwrap(),
+            "# safe\n",
+            "{caller:?}"
+        );
+        assert_eq!(std::fs::read_to_string(dot.join("other")).unwrap(), "ok\n");
+    }
+}
+
 #[test]
 fn mounts_that_cannot_be_placed_safely_are_refused_naming_the_flag_and_the_fix() {
     let caller = CALLERS[1];

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 
 use shim::spec::{MountOp, PersistSpec};
 
+use super::placed_persist::at_views;
 use super::{skip_special, Planner};
 use crate::persistence::plan::{self as persist, Protections};
+use crate::policy::model::MountKind;
 
 /// What the persistence plan of a layout needs, owned: it is made after the clone.
 #[derive(Debug, Clone)]
@@ -28,6 +30,9 @@ pub struct PersistInputs {
     mounted_rw: Vec<PathBuf>,
     /// Targets of the mounts placed by name: what lies under them is protected with them.
     placed_targets: Vec<PathBuf>,
+    /// The writable mounts placed by name (host source, inside target): the plan's protections
+    /// are given again where they show what they protect (see `placed_persist`).
+    placed_writable: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The persistence plan of the writable roots (not of the mounts placed by name, which the
@@ -62,6 +67,10 @@ impl PersistInputs {
             .collect();
         let mut spec = prot.spec.clone();
         spec.roots.retain(|p| !skip_special(p));
+        let views = at_views(&spec, &self.placed_writable);
+        add(&mut spec.rules, views.rules);
+        add(&mut spec.denied, views.denied);
+        add(&mut spec.overrides, views.overrides);
         Planned {
             binds: crate::persistence::binds::mounts(&shown, &self.mounted_rw),
             spec,
@@ -122,6 +131,12 @@ impl Planner<'_> {
             path_var: self.ctx.path_var.clone(),
             mounted_rw: mounted_rw.to_vec(),
             placed_targets: self.placed.iter().map(|m| m.target.clone()).collect(),
+            placed_writable: self
+                .placed
+                .iter()
+                .filter(|m| m.kind == MountKind::Bind)
+                .filter_map(|m| Some((m.source.clone()?, m.target.clone())))
+                .collect(),
         }
     }
 

@@ -2,8 +2,15 @@
 //! like any writable root — on the host, at SRC (its git directory, the PATH directories in it,
 //! the table's names) — and every protection is then moved to where the tree is inside, DST:
 //! the create guard's rules, the read-only binds of what exists, the pins on the way to them.
+//!
+//! A protection is a host path, and a bind shows that path at a second name: every rule of the
+//! launch whose anchor the bind shows (below SRC) or passes through (above SRC: the home
+//! directory's rules, seen through `--bind ~/.config:/c`) is given again where the bind shows
+//! it ([`rule_at_view`]), and so is every denied or overridden path ([`path_at_view`]).
 
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
 
 use shim::spec::{MountOp, PersistSpec, ProtectRule};
 
@@ -17,19 +24,108 @@ fn moved(m: &Placed, p: &Path) -> PathBuf {
     m.inside(p).unwrap_or_else(|| p.to_path_buf())
 }
 
+fn names(p: &Path) -> Vec<&OsStr> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `rule`, anchored at a host path, where the writable mount of `src` (host, canonical) at
+/// `dst` (inside) shows what it protects: an anchor at or below `src` is moved below `dst`; an
+/// anchor above `src` becomes `dst`, the pattern's leading components that lead from the anchor
+/// down to `src` taken off (each glob must match its name, or the rule protects nothing the
+/// mount shows). `None` for a rule matched at any depth (it applies at `dst` as it is) and for
+/// one whose paths the mount does not show.
+pub(crate) fn rule_at_view(rule: &ProtectRule, src: &Path, dst: &Path) -> Option<ProtectRule> {
+    let anchor = rule.anchor.as_ref()?;
+    let at = |anchor: PathBuf, pattern: String| ProtectRule {
+        anchor: Some(anchor),
+        pattern,
+        surface: rule.surface.clone(),
+    };
+    if let Ok(rel) = anchor.strip_prefix(src) {
+        return Some(at(dst.join(rel), rule.pattern.clone()));
+    }
+    let way = names(src.strip_prefix(anchor).ok()?);
+    let mut comps: Vec<&str> = rule.pattern.split('/').filter(|c| !c.is_empty()).collect();
+    let subtree = comps.last() == Some(&"**");
+    if subtree {
+        comps.pop();
+    }
+    for (i, name) in way.iter().enumerate() {
+        match comps.get(i) {
+            Some(glob) => {
+                if !shim::create_guard::rules::glob(glob.as_bytes(), name.as_bytes()) {
+                    return None;
+                }
+            }
+            // The pattern ends above `src`: only a last `**` reaches down to it.
+            None => return subtree.then(|| at(dst.to_path_buf(), "**".into())),
+        }
+    }
+    let mut rest = comps[way.len()..].join("/");
+    if subtree {
+        rest = if rest.is_empty() {
+            "**".into()
+        } else {
+            format!("{rest}/**")
+        };
+    }
+    Some(at(dst.to_path_buf(), rest))
+}
+
+/// A denied or overridden host path (it covers what lies below it) where the writable mount of
+/// `src` at `dst` shows it: below `src`, moved below `dst`; above it, all of `dst`.
+pub(crate) fn path_at_view(p: &Path, src: &Path, dst: &Path) -> Option<PathBuf> {
+    if let Ok(rel) = p.strip_prefix(src) {
+        return Some(dst.join(rel));
+    }
+    src.starts_with(p).then(|| dst.to_path_buf())
+}
+
+/// What `spec` (planned on host paths) adds at the views of the writable mounts `placed`
+/// (host source, inside target): its rules, denied and overridden paths given again there.
+pub(crate) fn at_views(spec: &PersistSpec, placed: &[(PathBuf, PathBuf)]) -> PersistSpec {
+    let mut out = PersistSpec::default();
+    for (src, dst) in placed {
+        add(
+            &mut out.rules,
+            spec.rules
+                .iter()
+                .filter_map(|r| rule_at_view(r, src, dst))
+                .collect(),
+        );
+        let paths = |ps: &[PathBuf]| -> Vec<PathBuf> {
+            ps.iter()
+                .filter_map(|p| path_at_view(p, src, dst))
+                .collect()
+        };
+        add(&mut out.denied, paths(&spec.denied));
+        add(&mut out.overrides, paths(&spec.overrides));
+    }
+    out
+}
+
 /// `spec` (planned at the host path of `m`) as seen inside.
 fn move_spec(m: &Placed, spec: &PersistSpec) -> PersistSpec {
+    let (src, dst) = (m.source.clone().unwrap_or_default(), m.target.clone());
+    let views = at_views(spec, &[(src, dst)]);
+    let mut rules: Vec<ProtectRule> = spec
+        .rules
+        .iter()
+        .map(|r| ProtectRule {
+            anchor: r.anchor.as_ref().map(|a| moved(m, a)),
+            pattern: r.pattern.clone(),
+            surface: r.surface.clone(),
+        })
+        .collect();
+    add(&mut rules, views.rules);
     PersistSpec {
         roots: spec.roots.iter().map(|p| moved(m, p)).collect(),
-        rules: spec
-            .rules
-            .iter()
-            .map(|r| ProtectRule {
-                anchor: r.anchor.as_ref().map(|a| moved(m, a)),
-                pattern: r.pattern.clone(),
-                surface: r.surface.clone(),
-            })
-            .collect(),
+        rules,
         overrides: spec.overrides.iter().map(|p| moved(m, p)).collect(),
         denied: spec.denied.iter().map(|p| moved(m, p)).collect(),
     }
@@ -193,6 +289,66 @@ pub(super) mod tests {
             .iter()
             .any(|r| r.path == Path::new("/tmp/r") && r.access == Access::Write));
         assert_eq!(layout.placed_writable, [(repo.0.clone(), "/tmp/r".into())]);
+    }
+
+    #[test]
+    fn a_rule_is_given_again_where_a_bind_shows_what_it_protects() {
+        use super::{path_at_view, rule_at_view};
+        use shim::spec::ProtectRule;
+        let rule = |anchor: &str, pattern: &str| ProtectRule {
+            anchor: Some(PathBuf::from(anchor)),
+            pattern: pattern.into(),
+            surface: "s".into(),
+        };
+        let at = |r: &ProtectRule, src: &str| rule_at_view(r, Path::new(src), Path::new("/c"));
+        let pat = |r: Option<ProtectRule>| r.map(|r| (r.anchor.unwrap(), r.pattern));
+        // Anchored above the bind's source: the way down is taken off the pattern.
+        assert_eq!(
+            pat(at(&rule("/h", ".config/git/config"), "/h/.config")),
+            Some(("/c".into(), "git/config".into()))
+        );
+        assert_eq!(
+            pat(at(&rule("/h", ".local/bin/**"), "/h/.local")),
+            Some(("/c".into(), "bin/**".into()))
+        );
+        assert_eq!(
+            pat(at(&rule("/h", ".config/*/init.lua"), "/h/.config/nvim")),
+            Some(("/c".into(), "init.lua".into()))
+        );
+        // A last `**` reaches below its components; a pattern that ends above does not.
+        assert_eq!(
+            pat(at(&rule("/h", ".ssh/**"), "/h/.ssh/keys")),
+            Some(("/c".into(), "**".into()))
+        );
+        assert_eq!(pat(at(&rule("/h", ".ssh"), "/h/.ssh/keys")), None);
+        assert_eq!(
+            pat(at(&rule("/h", ".config/git"), "/h/.config/git")),
+            Some(("/c".into(), "".into()))
+        );
+        // Another branch, or a glob that does not match the way: nothing shown.
+        assert_eq!(pat(at(&rule("/h", ".bashrc"), "/h/.config")), None);
+        assert_eq!(pat(at(&rule("/h", ".c?nfig/x"), "/h/.local")), None);
+        // Anchored below the source: moved below the target, pattern kept.
+        assert_eq!(
+            pat(at(&rule("/d/envrc", "**"), "/d")),
+            Some(("/c/envrc".into(), "**".into()))
+        );
+        // Apart from the source, or matched at any depth: not the view's to add.
+        assert_eq!(pat(at(&rule("/x", "**"), "/d")), None);
+        let anywhere = ProtectRule {
+            anchor: None,
+            pattern: ".envrc".into(),
+            surface: "s".into(),
+        };
+        assert_eq!(pat(at(&anywhere, "/d")), None);
+        // Denied and overridden paths: below the source moved, above it the whole view.
+        let (src, dst) = (Path::new("/h/.config"), Path::new("/c"));
+        assert_eq!(
+            path_at_view(Path::new("/h/.config/a"), src, dst),
+            Some("/c/a".into())
+        );
+        assert_eq!(path_at_view(Path::new("/h"), src, dst), Some("/c".into()));
+        assert_eq!(path_at_view(Path::new("/h/.local"), src, dst), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@ use gitdir::GitVerdict;
 use pattern::{Fit, Pattern};
 
 pub use gitconfig::{validate as validate_git_config, MAX_CONFIG};
+pub use pattern::glob;
 
 /// An operation, as the rules see it: where it puts content.
 #[derive(Debug, Clone, Copy)]
