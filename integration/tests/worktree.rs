@@ -459,6 +459,142 @@ fn the_program_cannot_forge_overlay_records_or_reach_its_upper_layer() {
     }
 }
 
+/// A sandbox without `--worktree` whose writable tree holds the worktree store (here, as its
+/// working directory) cannot read or rewrite a kept worktree (the checkout `apply` writes to,
+/// the upper layer it copies); where no store exists yet, it cannot plant one. The allowed
+/// twin: an ordinary file next to the store is written.
+#[test]
+fn a_sandbox_cannot_reach_or_plant_the_worktree_store() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "store");
+        let out = s.run("wt-store", "echo changed > keep.txt");
+        assert!(out.status.success(), "{}", explain(&out));
+        let kept = s.kept();
+        assert_eq!(kept.len(), 1, "{caller:?}: {}", explain(&out));
+        let meta = std::fs::read(kept[0].join("meta.json")).unwrap();
+        let w = s.worktrees_dir();
+        let script = format!(
+            "if cat {w}/*/meta.json >/dev/null 2>&1; then echo STORE-READABLE; fi; \
+             if sed -i s#wt-store#planted# {w}/*/meta.json 2>/dev/null; then echo META-WRITTEN; fi; \
+             if echo planted > {w}/planted 2>/dev/null; then echo STORE-WRITABLE; fi; \
+             echo ok > beside.txt && echo beside-ok; true",
+            w = w.display()
+        );
+        let out = command(
+            s.caller,
+            &s.state.path,
+            &["whole-process", "--", "/bin/sh", "-c", &script],
+        )
+        .env("XDG_STATE_HOME", &s.state.path)
+        .output()
+        .unwrap();
+        let text = stdout(&out);
+        assert!(text.contains("beside-ok"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("STORE-"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("META-"), "{caller:?}: {}", explain(&out));
+        assert_eq!(std::fs::read(kept[0].join("meta.json")).unwrap(), meta);
+        assert!(!w.join("planted").exists());
+        assert!(s.cmd(&["discard", "wt-store"]).status.success());
+
+        // No store yet: none can be made from inside.
+        let fresh = TempDir::new_in(STATE_BASE, "wt-fresh");
+        if caller == Caller::Invoker && is_root() {
+            std::os::unix::fs::chown(&fresh.path, Some(0), Some(0)).unwrap();
+        }
+        let out = command(
+            s.caller,
+            &fresh.path,
+            &[
+                "whole-process",
+                "--",
+                "/bin/sh",
+                "-c",
+                "mkdir -p sandbox-launch/worktrees/x && echo PLANTED; \
+                 mkdir -p sandbox-launch/other && echo other-ok; true",
+            ],
+        )
+        .env("XDG_STATE_HOME", &fresh.path)
+        .output()
+        .unwrap();
+        let text = stdout(&out);
+        assert!(text.contains("other-ok"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
+        assert!(
+            !fresh.join("sandbox-launch/worktrees").exists(),
+            "{caller:?}"
+        );
+    }
+}
+
+/// A writable `--bind` inside the checkout is not part of the worktree: its writes reach the
+/// host, and so its persistence protections stay (a repository there keeps its hooks, its
+/// `.envrc` stays unwritable), judged by what git then runs on the host.
+#[test]
+fn a_writable_bind_inside_the_checkout_keeps_its_protections_with_a_worktree() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "bindin");
+        s.project.write("sub/.envrc", "# ok\n");
+        git(&s.project.join("sub"), &["init", "-q"]);
+        s.project.give_to_sandbox_user(&s.project.join("sub"));
+        let sub = s.project.join("sub");
+        let marker = s.project.join("PWNED");
+        let script = format!(
+            "printf '#!/bin/sh\\ntouch {m}\\n' > sub/.git/hooks/pre-commit && echo HOOK; \
+             echo 'touch {m}' >> sub/.envrc && echo ENVRC; \
+             git -C sub config core.fsmonitor 'touch {m}' 2>/dev/null && echo FSMONITOR; \
+             echo edit > sub/plain.txt && echo plain-ok; \
+             echo edit > src/a.txt && echo worktree-ok; true",
+            m = marker.display()
+        );
+        let out = s.cmd(&[
+            "whole-process",
+            "--worktree",
+            "--name",
+            "wt-bindin",
+            "--bind",
+            &sub.display().to_string(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ]);
+        let text = stdout(&out);
+        assert!(text.contains("plain-ok"), "{caller:?}: {}", explain(&out));
+        assert!(
+            text.contains("worktree-ok"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        for planted in ["HOOK", "ENVRC", "FSMONITOR"] {
+            assert!(
+                !text.contains(planted),
+                "{caller:?}: {planted}: {}",
+                explain(&out)
+            );
+        }
+        // The bind wrote the host; the rest of the checkout is untouched.
+        assert_eq!(
+            std::fs::read_to_string(sub.join("plain.txt")).unwrap(),
+            "edit\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.project.join("src/a.txt")).unwrap(),
+            "hello\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(sub.join(".envrc")).unwrap(),
+            "# ok\n"
+        );
+        let _ = Command::new("git")
+            .arg("-C")
+            .arg(&sub)
+            .arg("status")
+            .output();
+        assert!(!marker.exists(), "{caller:?}: planted code ran on the host");
+        let _ = s.cmd(&["discard", "wt-bindin"]);
+    }
+}
+
 #[test]
 fn started_as_root_a_checkout_of_another_owner_is_the_idmapped_lower_layer() {
     if !is_root() {

@@ -650,6 +650,7 @@ pub fn run(args: &SandboxArgs, argv: Vec<String>, kind: &'static str) -> i32 {
         Err(e) => return supervisor::fail(&mut status, &e),
     };
     control::hide::hide_control_dir(&mut prepared.spec, prepared.identity.switch_from_root);
+    control::hide::hide_worktree_store(&mut prepared.spec, prepared.identity.switch_from_root);
     let steering = control::steer::attach(args, &mut prepared, &events);
     for note in &steering.notes {
         crate::say!("sandbox-launch: {note}");

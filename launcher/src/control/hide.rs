@@ -21,16 +21,59 @@ use super::dir::ControlDir;
 /// the sandbox's user.
 pub fn hide_control_dir(spec: &mut SandboxSpec, switched_from_root: bool) {
     if let Ok(dir) = std::fs::canonicalize(ControlDir::locate().path) {
-        let idmapped = spec
-            .mounts
-            .attach
-            .iter()
-            .any(|a| dir.starts_with(&a.target));
-        if !switched_from_root || idmapped {
-            hide(&mut spec.mounts, &mut spec.verify_unreadable, &dir);
-        } else if !spec.verify_unreadable.contains(&dir) {
-            spec.verify_unreadable.push(dir);
+        hide_private(spec, switched_from_root, &dir);
+    }
+}
+
+/// Hide this user's worktree store from the sandbox of `spec` as the control directory is
+/// hidden: from inside, a program could otherwise rewrite a kept worktree's record (which
+/// checkout `apply` writes to, what it compares against) or its upper layer, and a later
+/// `apply` would carry that out on the host. Where it does not exist yet, the create guard
+/// refuses to make it (a worktree planted there would be listed, and applied, as the user's).
+pub fn hide_worktree_store(spec: &mut SandboxSpec, switched_from_root: bool) {
+    let Ok(store) = crate::worktree::store::Store::locate() else {
+        return;
+    };
+    match std::fs::canonicalize(&store.root) {
+        Ok(dir) => hide_private(spec, switched_from_root, &dir),
+        Err(_) => {
+            let at = canonical_parents(&store.root);
+            if !spec.persist.denied.contains(&at) {
+                spec.persist.denied.push(at);
+            }
         }
+    }
+}
+
+/// `p` with its longest existing ancestor made canonical (the rest does not exist).
+fn canonical_parents(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(c, |acc: PathBuf, n| acc.join(n));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
+/// Hide `dir`, a directory of the caller's own with mode 0700 (see [`hide_control_dir`]).
+fn hide_private(spec: &mut SandboxSpec, switched_from_root: bool, dir: &Path) {
+    let idmapped = spec
+        .mounts
+        .attach
+        .iter()
+        .any(|a| dir.starts_with(&a.target));
+    if !switched_from_root || idmapped {
+        hide(&mut spec.mounts, &mut spec.verify_unreadable, dir);
+    } else if !spec.verify_unreadable.iter().any(|p| p == dir) {
+        spec.verify_unreadable.push(dir.to_path_buf());
     }
 }
 

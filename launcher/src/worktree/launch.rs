@@ -159,7 +159,22 @@ fn into_plan(
         layers_fd,
     };
     let ops = &mut spec.mounts.ops;
-    let inside = |t: &Path| t != project && t.starts_with(project);
+    // A writable mount placed by name (`--bind`) inside the checkout is not part of the
+    // worktree: it shows the host's tree there, over the overlay, and writes through it reach
+    // the host. What protects it stays.
+    let bound: Vec<PathBuf> = ops
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Bind {
+                target,
+                read_only: false,
+                ..
+            } => Some(target.clone()),
+            _ => None,
+        })
+        .collect();
+    let in_bind = |t: &Path| bound.iter().any(|b| t.starts_with(b));
+    let inside = |t: &Path| t != project && t.starts_with(project) && !in_bind(t);
     ops.retain(|op| match op {
         MountOp::ReadOnly { target, .. } if inside(target) => {
             deny_write.iter().any(|d| target.starts_with(d))
@@ -187,7 +202,9 @@ fn into_plan(
             ops.insert(i + 1, overlay);
         }
     }
-    spec.persist.roots.retain(|r| !r.starts_with(project));
+    spec.persist
+        .roots
+        .retain(|r| !r.starts_with(project) || in_bind(r));
     // Started as root, the store is root's (0700) and the sandbox's user cannot reach it (nor
     // could the shim mount over it): verified only — unless a tree attached idmapped shows it.
     let idmapped = spec
@@ -195,10 +212,14 @@ fn into_plan(
         .attach
         .iter()
         .any(|a| store.starts_with(&a.target));
-    if mask_store || idmapped {
-        crate::control::hide::hide(&mut spec.mounts, &mut spec.verify_unreadable, store);
-    } else if !spec.verify_unreadable.iter().any(|p| p == store) {
-        spec.verify_unreadable.push(store.to_path_buf());
+    // Hidden by every launch that found it (`control::hide::hide_worktree_store`); this one
+    // may have made it.
+    if !spec.verify_unreadable.iter().any(|p| p == store) {
+        if mask_store || idmapped {
+            crate::control::hide::hide(&mut spec.mounts, &mut spec.verify_unreadable, store);
+        } else {
+            spec.verify_unreadable.push(store.to_path_buf());
+        }
     }
     Ok(())
 }
