@@ -137,6 +137,79 @@ echo twin > twin.txt; echo twin=$?"
     }
 }
 
+/// The outer program's open descriptors do not cross into the nested program (as they do not
+/// into a sandbox of its own): one open on a file the inner policy denies reading cannot be read
+/// through. `--preserve-fd` hands one over (the twin).
+#[test]
+fn a_nested_program_gets_no_descriptor_but_those_it_is_given() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-fd");
+        let work = dir.mkdir("work");
+        let secret = dir.write("work/secret", "TOPSECRET\n");
+        let given = dir.write("work/given", "GIVEN\n");
+        let bin = inner_launcher(&dir);
+        let script = format!(
+            "exec 3<{s} 4<{g}; exec {b} whole-process --deny-read {s} --preserve-fd 4 -- \
+             /bin/sh -c 'cat {s} 2>/dev/null; cat <&3 2>/dev/null; cat <&4; echo inner-ran'",
+            s = secret.display(),
+            g = given.display(),
+            b = bin.display()
+        );
+        let out = integration::sh(caller, &work, &[], &script);
+        let text = stdout(&out);
+        assert!(text.contains("inner-ran"), "{caller:?}: {}", explain(&out));
+        assert!(text.contains("GIVEN"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("TOPSECRET"), "{caller:?}: {}", explain(&out));
+    }
+}
+
+/// A file the nested program reads on its stdin stays read-only for it when the inner policy
+/// makes it so; a file it writes on its stdout is written (the twins: what the outer allows).
+#[test]
+fn a_read_only_stdin_file_is_not_writable_nested() {
+    for caller in CALLERS {
+        let dir = TempDir::new("nest-stdin");
+        let work = dir.mkdir("work");
+        dir.mkdir("work/rw");
+        let input = dir.write("work/ro/input", "original\n");
+        let output = dir.write("work/ro/output", "");
+        let bin = inner_launcher(&dir);
+        let script = format!(
+            "exec {b} whole-process --cwd {rw} -- /bin/sh -c \
+             'echo OVERWRITTEN > {i}; echo stdin=$?; echo out; echo stdout-ok >&2' \
+             < {i} > {o}",
+            b = bin.display(),
+            rw = work.join("rw").display(),
+            i = input.display(),
+            o = output.display()
+        );
+        let out = integration::sh(caller, &work, &[], &script);
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            std::fs::read_to_string(&input).unwrap(),
+            "original\n",
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let written = std::fs::read_to_string(&output).unwrap();
+        assert!(
+            written.contains("out"),
+            "{caller:?}: {written} {}",
+            explain(&out)
+        );
+        assert!(!written.contains("stdin=0"), "{caller:?}: {written}");
+        // The outer sandbox alone writes the same file: the inner layer is what refused.
+        let twin = outer_only(
+            caller,
+            &work,
+            &[],
+            &format!("echo twin > {}", input.display()),
+        );
+        assert!(twin.status.success(), "{caller:?}: {}", explain(&twin));
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), "twin\n");
+    }
+}
+
 #[test]
 fn an_inner_deny_read_of_what_the_outer_allows_is_unreadable() {
     for caller in CALLERS {

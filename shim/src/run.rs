@@ -279,7 +279,8 @@ fn build(sync: RawFd, spec: &mut SandboxSpec) -> Result<(), StepError> {
 
 /// Only stdin, stdout, stderr, the sync socket and the descriptors named explicitly cross into
 /// the sandbox: a write to a descriptor the caller happened to leave open must not reach the host.
-fn close_stray_fds(sync: RawFd, preserve: &[RawFd]) -> std::io::Result<()> {
+/// (A nested sandbox's program process closes its own the same way.)
+pub fn close_stray_fds(sync: RawFd, preserve: &[RawFd]) -> std::io::Result<()> {
     let mut keep: Vec<u32> = preserve
         .iter()
         .chain(std::iter::once(&sync))

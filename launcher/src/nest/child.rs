@@ -5,6 +5,7 @@
 
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,9 @@ pub struct Program {
     pub filters: Vec<BpfProgram>,
     pub rlimits: Vec<Rlimit>,
     pub verify: Verify,
+    /// Descriptors above 2 that cross into the program (`--preserve-fd`); every other one is
+    /// closed before the exec, as a sandbox of its own closes them.
+    pub preserve_fds: Vec<i32>,
 }
 
 /// What the program's process checks before its exec.
@@ -109,6 +113,16 @@ pub fn spawn(p: &Program) -> Result<(libc::pid_t, serde_json::Value), StepError>
 fn become_program(p: &Program, program: &Path, out: &mut std::fs::File) -> StepError {
     match layers_then_verify(p) {
         Ok(facts) => {
+            // A descriptor the outer program held open (to a file this sandbox denies reading)
+            // must not reach the program: all but the report pipe (closed by the exec) and
+            // those named with --preserve-fd are closed, as a sandbox of its own closes them.
+            if let Err(e) = shim::run::close_stray_fds(out.as_raw_fd(), &p.preserve_fds) {
+                return StepError::new(
+                    Step::Internal,
+                    format!("closing the inherited descriptors: {e}"),
+                    None,
+                );
+            }
             let line = serde_json::to_string(&Report::Verified(facts)).unwrap_or_default();
             if writeln!(out, "{line}").is_err() {
                 return StepError::new(Step::Internal, "cannot report to the launcher", None);

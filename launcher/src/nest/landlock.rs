@@ -244,7 +244,14 @@ pub fn apply(layer: &Layer) -> Result<Facts> {
         let Ok(pfd) = PathFd::new(&path) else {
             continue;
         };
-        let access = rights(Want::Device, abi) & AccessFs::from_file(abi) & layer.handled;
+        // Written only where the descriptor was opened for writing: a read-only stdin names a
+        // file this sandbox may only read.
+        let want = if super::opened_for_writing(fd) {
+            Want::Device
+        } else {
+            Want::Read
+        };
+        let access = rights(want, abi) & AccessFs::from_file(abi) & layer.handled;
         created = created
             .add_rule(PathBeneath::new(pfd, access))
             .context("Landlock rule for a standard descriptor")?;

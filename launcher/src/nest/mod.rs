@@ -279,7 +279,7 @@ fn plan(
             persist.roots.push(r.path.clone());
         }
     }
-    for fd in 0..=2 {
+    for fd in (0..=2).filter(|fd| opened_for_writing(*fd)) {
         if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
             // Files and devices only (as the Landlock layer grants them): a directory passed as
             // a standard descriptor would make a whole tree writable.
@@ -311,6 +311,7 @@ fn plan(
             layer,
             filters,
             rlimits,
+            preserve_fds: args.preserve_fd.clone(),
             verify: child::Verify {
                 unwritable_dirs,
                 unreadable,
@@ -396,4 +397,12 @@ fn cgroup_limits(policy: &Policy, warnings: &mut Vec<String>) -> Result<(), Step
             Some("give the limits to the outer sandbox, or use --limits-compatibility best_effort"),
         ))
     }
+}
+
+/// Whether this process's descriptor `fd` is open for writing (a standard descriptor the
+/// nested program may write through, and so reopen by name for writing).
+pub(crate) fn opened_for_writing(fd: i32) -> bool {
+    // SAFETY: F_GETFL on a descriptor number only reads its flags (EBADF when it is closed).
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
 }
