@@ -459,6 +459,97 @@ fn the_program_cannot_forge_overlay_records_or_reach_its_upper_layer() {
     }
 }
 
+/// What the checkout itself makes a persistence surface — the directory `core.hooksPath` names,
+/// a git configuration file it includes, the target of a protected symlink (`.envrc`), a
+/// directory of `PATH` — is one in the worktree too: `apply` refuses it unless named, and the
+/// host's git then runs nothing planted.
+#[test]
+fn surfaces_the_checkout_names_are_not_applied_unless_named() {
+    for caller in CALLERS {
+        let s = Setup::new(caller, "named");
+        s.project
+            .write(".githooks/pre-commit", "#!/bin/sh\nexit 0\n");
+        s.project.write("tools/envrc", "# ok\n");
+        s.project.write("shared.gitconfig", "[user]\n\tname = t\n");
+        s.project.write("bin/tool", "#!/bin/sh\n");
+        std::os::unix::fs::symlink("tools/envrc", s.project.join(".envrc")).unwrap();
+        git(&s.project.path, &["config", "core.hooksPath", ".githooks"]);
+        git(
+            &s.project.path,
+            &["config", "include.path", "../shared.gitconfig"],
+        );
+        git(&s.project.path, &["add", "-A"]);
+        git(&s.project.path, &["commit", "-qm", "surfaces"]);
+        s.project.give_to_sandbox_user(&s.project.path);
+        let marker = s.project.join("PWNED");
+        let m = marker.display();
+        let out = s.run(
+            "wt-named",
+            &format!(
+                "printf '#!/bin/sh\\ntouch {m}\\n' > .githooks/pre-commit; \
+                 echo 'touch {m}' >> tools/envrc; \
+                 printf '[core]\\n\\tfsmonitor = touch {m}\\n' >> shared.gitconfig; \
+                 printf '#!/bin/sh\\ntouch {m}\\n' > bin/ls; \
+                 echo edit > src/a.txt"
+            ),
+        );
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        let before = snapshot(&s.project.path);
+        let path = format!(
+            "{}:{}",
+            s.project.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let apply = |extra: &[&str]| {
+            let mut args = vec!["apply", "wt-named"];
+            args.extend_from_slice(extra);
+            command(s.caller, &s.project.path, &args)
+                .env("XDG_STATE_HOME", &s.state.path)
+                .env("PATH", &path)
+                .output()
+                .unwrap()
+        };
+        let d = command(s.caller, &s.project.path, &["diff", "wt-named"])
+            .env("XDG_STATE_HOME", &s.state.path)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let patch = stdout(&d);
+        let project_part = patch.split("# persistence surface").next().unwrap();
+        for surface in [
+            ".githooks/pre-commit",
+            "tools/envrc",
+            "shared.gitconfig",
+            "bin/ls",
+        ] {
+            assert!(
+                !project_part.contains(surface),
+                "{caller:?}: {surface} shown as a project file:\n{patch}"
+            );
+        }
+        let a = apply(&[]);
+        assert_eq!(a.status.code(), Some(1), "{caller:?}: {}", explain(&a));
+        assert_eq!(
+            snapshot(&s.project.path),
+            before,
+            "{caller:?}: a refused apply changed the checkout"
+        );
+        // The project's own change goes in without them.
+        let a = apply(&["--skip-persistence"]);
+        assert!(a.status.success(), "{caller:?}: {}", explain(&a));
+        assert_eq!(
+            std::fs::read_to_string(s.project.join("src/a.txt")).unwrap(),
+            "edit\n"
+        );
+        // What the host runs afterwards: git's status and a commit, the tool on PATH.
+        git(&s.project.path, &["status", "--short"]);
+        git(&s.project.path, &["commit", "-qam", "after"]);
+        let _ = Command::new("ls").env("PATH", &path).output();
+        assert!(!marker.exists(), "{caller:?}: planted code ran on the host");
+        assert!(s.cmd(&["discard", "wt-named"]).status.success());
+    }
+}
+
 /// A sandbox without `--worktree` whose writable tree holds the worktree store (here, as its
 /// working directory) cannot read or rewrite a kept worktree (the checkout `apply` writes to,
 /// the upper layer it copies); where no store exists yet, it cannot plant one. The allowed

@@ -74,11 +74,12 @@ struct Scan {
 
 /// Every change of the worktree whose upper layer is `upper` over the checkout `lower`.
 pub fn scan(upper: &Path, lower: &Path, home: Option<&Path>) -> Result<Vec<Change>> {
+    let path_var = std::env::var("PATH").ok();
     let mut s = Scan {
         upper: beneath::open_root(upper).with_context(|| format!("{}", upper.display()))?,
         lower: beneath::open_root(lower).with_context(|| format!("{}", lower.display()))?,
         out: Vec::new(),
-        classify: super::classify::Classifier::new(upper, lower, home),
+        classify: super::classify::Classifier::new(upper, lower, home, path_var.as_deref()),
     };
     s.dir(Path::new(""), true, false)?;
     Ok(s.out)

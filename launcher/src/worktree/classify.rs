@@ -1,7 +1,9 @@
 //! Which changes are persistence surfaces, which are a git directory's own state, and which
-//! are the project's files — by the same table the create guard enforces
-//! (`crate::persistence::table`): its `Anywhere` patterns at any depth, its `Home` ones where
-//! the home directory lies in the checkout (through the guard's own rules), and its `GitDir`
+//! are the project's files — by the same rules the create guard enforces: the persistence plan
+//! of the checkout as a launch makes it (`crate::persistence::plan`: the table's `Anywhere`
+//! patterns at any depth, its `Home` ones where the home directory lies in the checkout, and
+//! what the checkout itself names — `core.hooksPath`, included git configuration, the targets
+//! of its protected symlinks, the directories of `PATH` in it), and the table's `GitDir`
 //! patterns inside every git directory — one named `.git`, or shaped like one (`HEAD` with
 //! `objects` and `refs`, or with `commondir`) in the checkout or in the upper layer.
 
@@ -47,12 +49,25 @@ fn fits(pattern: &str, path: &[&OsStr]) -> bool {
 }
 
 impl Classifier {
-    pub fn new(upper: &Path, lower: &Path, home: Option<&Path>) -> Classifier {
+    /// `path_var`: the `PATH` whose directories in the checkout are surfaces (the caller's).
+    pub fn new(
+        upper: &Path,
+        lower: &Path,
+        home: Option<&Path>,
+        path_var: Option<&str>,
+    ) -> Classifier {
+        let roots = [lower.to_path_buf()];
+        let plan = crate::persistence::plan::plan(&crate::persistence::plan::Request {
+            roots: &roots,
+            explicit: &[],
+            deny_write: &[],
+            home,
+            cwd: lower,
+            path_var,
+        });
         let rules = Rules::new(&PersistSpec {
-            roots: vec![lower.to_path_buf()],
-            rules: crate::persistence::table_rules(home),
-            overrides: Vec::new(),
-            denied: Vec::new(),
+            roots: roots.to_vec(),
+            ..plan.spec
         });
         Classifier {
             upper: upper.to_path_buf(),
@@ -148,7 +163,7 @@ mod tests {
         }
         std::fs::write(base.join("lower/.git/HEAD"), b"ref: refs/heads/main\n").unwrap();
         std::fs::write(base.join("upper/bare/HEAD"), b"ref: refs/heads/main\n").unwrap();
-        let mut c = Classifier::new(&base.join("upper"), &base.join("lower"), None);
+        let mut c = Classifier::new(&base.join("upper"), &base.join("lower"), None, None);
         let persistent = |c: &mut Classifier, p: &str, dir: bool| {
             matches!(c.class(Path::new(p), dir), Class::Persistence(_))
         };
