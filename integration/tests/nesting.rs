@@ -270,6 +270,9 @@ fn network_opts<'a>(allow: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
+/// The outer sandbox's HTTP proxy port (its proxy variables name it).
+const OUTER_PROXY_PORT: u16 = 3128;
+
 fn resolve(name: &str) -> &'static str {
     match name {
         "allowed.test" => "allowed.test:127.0.0.1",
@@ -326,6 +329,57 @@ fn an_inner_deny_of_an_outer_allowed_domain_holds_and_its_twin_passes() {
             explain(&out)
         );
         assert!(server.saw("/outer-other"));
+    }
+}
+
+/// TCP Fast Open connects inside `sendto`, where Landlock's TCP rule is not checked: a nested
+/// program that sends that way to the outer proxy (to reach a domain only the outer allows) is
+/// refused; the server never sees the request, and its twin through the inner proxy passes.
+#[test]
+fn a_nested_tcp_fast_open_send_cannot_reach_the_outer_proxy() {
+    for caller in CALLERS {
+        let server = HostServer::start();
+        let dir = TempDir::new("nest-tfo");
+        let outer = network_opts(&["allowed.test", "other.test"]);
+        let inner = network_opts(&["allowed.test"]);
+        let probe = dir.write(
+            "tfo.py",
+            &format!(
+                "import socket, time\n\
+                 req = b'GET http://other.test:{p}/tfo HTTP/1.1\\r\\nHost: other.test:{p}\\r\\n\\r\\n'\n\
+                 s = socket.socket()\n\
+                 try:\n    \
+                     s.sendto(req, socket.MSG_FASTOPEN, ('127.0.0.1', {outer}))\n\
+                 except BlockingIOError:\n    \
+                     pass\n\
+                 except OSError as e:\n    \
+                     print('tfo-refused', e.errno)\n    \
+                     raise SystemExit\n\
+                 time.sleep(1)\n\
+                 s.send(req)\n\
+                 print('tfo-sent', s.recv(100))\n",
+                p = server.port,
+                outer = OUTER_PROXY_PORT
+            ),
+        );
+        let script = format!(
+            "python3 {}\n{}",
+            probe.display(),
+            curl_lines(server.port, &[("allowed.test", "inner-allowed")])
+        );
+        let out = nested(caller, &dir, &dir.path, &outer, &inner, &script);
+        assert!(
+            has_line(&out, &format!("tfo-refused {}", libc::EOPNOTSUPP)),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            has_line(&out, "inner-allowed 200"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(server.saw("/inner-allowed"));
+        assert!(!server.saw("/tfo"), "{caller:?}: the server was reached");
     }
 }
 

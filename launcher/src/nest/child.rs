@@ -194,6 +194,9 @@ fn layers_then_verify(p: &Program) -> Result<serde_json::Value, StepError> {
             filter_count().saturating_sub(before)
         )));
     }
+    if let Some(port) = p.verify.refused_port {
+        verify_no_fast_open(port)?;
+    }
     if p.verify.no_ip {
         // SAFETY: socket(2) with constant arguments; closed at once if it succeeds.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
@@ -266,6 +269,49 @@ fn verify_landlock(v: &Verify) -> Result<(), StepError> {
                 )))
             }
         }
+    }
+    Ok(())
+}
+
+/// A TCP Fast Open send to the port Landlock refuses (which it does not check there) must be
+/// refused by the nested network filter.
+fn verify_no_fast_open(port: u16) -> Result<(), StepError> {
+    // SAFETY: socket(2) with constant arguments; the descriptor is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Ok(()); // no IP socket at all: nothing to send with
+    }
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a valid address of its own size, no data; our own descriptor, closed at once.
+    let (sent, errno) = unsafe {
+        let r = libc::sendto(
+            fd,
+            std::ptr::null(),
+            0,
+            libc::MSG_FASTOPEN,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        let errno = nix::errno::Errno::last();
+        libc::close(fd);
+        (r, errno)
+    };
+    if sent >= 0 || errno != nix::errno::Errno::EOPNOTSUPP {
+        return Err(verify_error(&format!(
+            "a TCP Fast Open send to 127.0.0.1:{port} gave {}, not the filter's EOPNOTSUPP",
+            if sent >= 0 {
+                "success".to_string()
+            } else {
+                errno.to_string()
+            }
+        )));
     }
     Ok(())
 }

@@ -56,10 +56,26 @@ fn socket_filter(deny_all_ip: bool) -> Result<BpfProgram> {
             }
         }
     }
+    // TCP Fast Open connects inside sendto/sendmsg/sendmmsg, where Landlock's TCP connect rule
+    // is not checked (Linux 6.18): with it, a program reached the outer proxy's port, which the
+    // nested layer denies. Answered as a kernel without Fast Open answers (programs fall back
+    // to connect), whichever flag argument carries it.
+    let fastopen: Vec<String> = [("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)]
+        .iter()
+        .map(|(call, index)| {
+            format!(
+                r#"{{"syscall": "{call}", "args": [{{"index": {index}, "type": "dword", "op": {{"masked_eq": {f}}}, "val": {f}}}]}}"#,
+                f = libc::MSG_FASTOPEN
+            )
+        })
+        .collect();
     let json = format!(
-        r#"{{"main": {{"mismatch_action": "allow", "match_action": {{"errno": {}}}, "filter": [{}]}}}}"#,
+        r#"{{"main": {{"mismatch_action": "allow", "match_action": {{"errno": {}}}, "filter": [{}]}},
+            "tcp_fast_open": {{"mismatch_action": "allow", "match_action": {{"errno": {}}}, "filter": [{}]}}}}"#,
         libc::EACCES,
-        rules.join(",")
+        rules.join(","),
+        libc::EOPNOTSUPP,
+        fastopen.join(",")
     );
     shim::seccomp::compile(&SeccompSpec {
         name: "nested network".into(),
