@@ -37,9 +37,14 @@ pub fn hide_worktree_store(spec: &mut SandboxSpec, switched_from_root: bool) {
     match std::fs::canonicalize(&store.root) {
         Ok(dir) => hide_private(spec, switched_from_root, &dir),
         Err(_) => {
-            let at = canonical_parents(&store.root);
-            if !spec.persist.denied.contains(&at) {
-                spec.persist.denied.push(at);
+            let rule = shim::spec::ProtectRule {
+                anchor: Some(canonical_parents(&store.root)),
+                pattern: "**".into(),
+                surface: "sandbox-launch's worktree store (`apply` would carry out what it holds)"
+                    .into(),
+            };
+            if !spec.persist.rules.contains(&rule) {
+                spec.persist.rules.push(rule);
             }
         }
     }
