@@ -619,3 +619,178 @@ echo ok > tools/other && echo ok:twin
         assert!(!work.join("bin/git").exists());
     }
 }
+
+/// A home reached through a symlink (`/home` -> `var/home` on Fedora's atomic desktops) keeps
+/// every protection of the home: `.bashrc` and `.bash_aliases` (which Debian's `.bashrc`
+/// sources) are refused by either name, an ordinary file is written.
+#[test]
+fn a_home_reached_through_a_symlink_keeps_its_protections() {
+    for caller in CALLERS {
+        let work = TempDir::new_in("/var/tmp", "homelink");
+        let link = PathBuf::from(format!("{}-link", work.path.display()));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&work.path, &link).unwrap();
+        let m = work.join("PWNED").display().to_string();
+        let script = format!(
+            "echo 'touch {m}' >> $HOME/.bashrc && echo BASHRC; \
+             echo 'touch {m}' > $HOME/.bash_aliases && echo ALIASES; \
+             mkdir -p $HOME/.config && echo x > $HOME/.config/ordinary && echo ordinary-ok; true"
+        );
+        let out = integration::command(
+            caller,
+            &work.path,
+            &["whole-process", "--", "/bin/sh", "-c", &script],
+        )
+        .env("HOME", &link)
+        .output()
+        .unwrap();
+        let _ = std::fs::remove_file(&link);
+        let text = stdout(&out);
+        assert!(
+            text.contains("ordinary-ok"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!text.contains("BASHRC"), "{caller:?}: {}", explain(&out));
+        assert!(!text.contains("ALIASES"), "{caller:?}: {}", explain(&out));
+        let _ = Command::new("bash")
+            .args(["-i", "-c", "true"])
+            .env("HOME", &work.path)
+            .stdin(std::process::Stdio::null())
+            .output();
+        assert_eq!(markers(&work.path), Vec::<PathBuf>::new(), "{caller:?}");
+    }
+}
+
+/// Where a home's protected name is a symlink into a writable tree (a stow-managed
+/// `~/.bashrc -> dotfiles/bashrc`, `~/.config/git -> ../dotfiles/git`) and the home itself is
+/// not writable, the link's target is protected in that tree, whether it is the working
+/// directory, an `--allow-write` path or a `--bind` at another name.
+#[test]
+fn a_stow_managed_dotfile_is_protected_where_its_link_leads() {
+    for caller in CALLERS {
+        let home = TempDir::new_in("/var/tmp", "stow-home");
+        home.write("dotfiles/bashrc", "# mine\n");
+        home.write("dotfiles/git/config", "[user]\n\tname = t\n");
+        home.mkdir(".config");
+        home.mkdir("project");
+        std::os::unix::fs::symlink("dotfiles/bashrc", home.join(".bashrc")).unwrap();
+        std::os::unix::fs::symlink("../dotfiles/git", home.join(".config/git")).unwrap();
+        let dot = home.join("dotfiles").display().to_string();
+        let m = home.join("PWNED").display().to_string();
+        for opts in [
+            vec!["--allow-write".to_string(), dot.clone()],
+            vec!["--bind".to_string(), format!("{dot}:/tmp/d")],
+        ] {
+            let at = if opts[0] == "--bind" {
+                "/tmp/d"
+            } else {
+                dot.as_str()
+            };
+            let script = format!(
+                "echo 'touch {m}' >> {at}/bashrc && echo BASHRC; \
+                 printf '[core]\\n\\tfsmonitor = touch {m}\\n' >> {at}/git/config && echo GITCONFIG; \
+                 echo x > {at}/notes.txt && echo notes-ok; true"
+            );
+            let mut args = vec!["whole-process"];
+            args.extend(opts.iter().map(String::as_str));
+            args.extend(["--", "/bin/sh", "-c", &script]);
+            let out = integration::command(caller, &home.join("project"), &args)
+                .env("HOME", &home.path)
+                .output()
+                .unwrap();
+            let text = stdout(&out);
+            assert!(
+                text.contains("notes-ok"),
+                "{caller:?} {opts:?}: {}",
+                explain(&out)
+            );
+            assert!(
+                !text.contains("BASHRC"),
+                "{caller:?} {opts:?}: {}",
+                explain(&out)
+            );
+            assert!(
+                !text.contains("GITCONFIG"),
+                "{caller:?} {opts:?}: {}",
+                explain(&out)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(home.join("dotfiles/bashrc")).unwrap(),
+            "# mine\n"
+        );
+        let _ = Command::new("bash")
+            .args(["-i", "-c", "true"])
+            .env("HOME", &home.path)
+            .stdin(std::process::Stdio::null())
+            .output();
+        let _ = Command::new("git")
+            .args(["-C", &home.join("project").display().to_string(), "status"])
+            .env("HOME", &home.path)
+            .output();
+        assert_eq!(markers(&home.path), Vec::<PathBuf>::new(), "{caller:?}");
+    }
+}
+
+/// What the host's git configuration or PATH names by path in the working directory is a
+/// surface: a `core.fsmonitor` program, a relative `PATH` entry (`bin`), a link in the home's
+/// own PATH directory into the working directory. Each is refused; an ordinary file next to
+/// them is written; the host then runs git and the command without a marker.
+#[test]
+fn programs_the_hosts_git_or_path_names_in_the_project_are_protected() {
+    for caller in CALLERS {
+        let home = TempDir::new_in("/var/tmp", "named-home");
+        let work = TempDir::new_in("/var/tmp", "named-work");
+        work.write("scripts/fsmon.sh", "#!/bin/sh\nexit 1\n");
+        work.write("tools/tool", "#!/bin/sh\necho tool\n");
+        work.mkdir("bin");
+        home.mkdir(".local/bin");
+        std::os::unix::fs::symlink(work.join("tools/tool"), home.join(".local/bin/tool")).unwrap();
+        host_git_ok(&work.path, &["init", "-q"]);
+        host_git_ok(
+            &work.path,
+            &["config", "core.fsmonitor", "scripts/fsmon.sh"],
+        );
+        work.give_to_sandbox_user(&work.path);
+        let m = work.join("PWNED").display().to_string();
+        let script = format!(
+            "printf '#!/bin/sh\\ntouch {m}\\nexit 1\\n' > scripts/fsmon.sh && echo FSMONITOR; \
+             printf '#!/bin/sh\\ntouch {m}\\n' > bin/ls && echo RELATIVE-PATH; \
+             printf '#!/bin/sh\\ntouch {m}\\n' > tools/tool && echo HOME-PATH-LINK; \
+             echo x > scripts/notes.txt && echo notes-ok; true"
+        );
+        let path = format!(
+            "bin:{}:{}",
+            home.join(".local/bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = integration::command(
+            caller,
+            &work.path,
+            &["whole-process", "--", "/bin/sh", "-c", &script],
+        )
+        .env("HOME", &home.path)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+        let text = stdout(&out);
+        assert!(text.contains("notes-ok"), "{caller:?}: {}", explain(&out));
+        for planted in ["FSMONITOR", "RELATIVE-PATH", "HOME-PATH-LINK"] {
+            assert!(
+                !text.contains(planted),
+                "{caller:?}: {planted}: {}",
+                explain(&out)
+            );
+        }
+        let _ = host_git(&work.path, &["status"]);
+        for cmd in ["ls", "tool"] {
+            let _ = Command::new("sh")
+                .args(["-c", cmd])
+                .current_dir(&work.path)
+                .env("PATH", &path)
+                .output();
+        }
+        assert_eq!(markers(&work.path), Vec::<PathBuf>::new(), "{caller:?}");
+    }
+}

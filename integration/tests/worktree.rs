@@ -472,7 +472,12 @@ fn surfaces_the_checkout_names_are_not_applied_unless_named() {
         s.project.write("tools/envrc", "# ok\n");
         s.project.write("shared.gitconfig", "[user]\n\tname = t\n");
         s.project.write("bin/tool", "#!/bin/sh\n");
+        s.project.write("scripts/fsmon.sh", "#!/bin/sh\nexit 1\n");
         std::os::unix::fs::symlink("tools/envrc", s.project.join(".envrc")).unwrap();
+        git(
+            &s.project.path,
+            &["config", "core.fsmonitor", "scripts/fsmon.sh"],
+        );
         git(&s.project.path, &["config", "core.hooksPath", ".githooks"]);
         git(
             &s.project.path,
@@ -490,6 +495,7 @@ fn surfaces_the_checkout_names_are_not_applied_unless_named() {
                  echo 'touch {m}' >> tools/envrc; \
                  printf '[core]\\n\\tfsmonitor = touch {m}\\n' >> shared.gitconfig; \
                  printf '#!/bin/sh\\ntouch {m}\\n' > bin/ls; \
+                 printf '#!/bin/sh\\ntouch {m}\\nexit 1\\n' > scripts/fsmon.sh; \
                  echo edit > src/a.txt"
             ),
         );
@@ -521,6 +527,7 @@ fn surfaces_the_checkout_names_are_not_applied_unless_named() {
             "tools/envrc",
             "shared.gitconfig",
             "bin/ls",
+            "scripts/fsmon.sh",
         ] {
             assert!(
                 !project_part.contains(surface),
@@ -585,6 +592,35 @@ fn a_sandbox_cannot_reach_or_plant_the_worktree_store() {
         assert!(!text.contains("META-"), "{caller:?}: {}", explain(&out));
         assert_eq!(std::fs::read(kept[0].join("meta.json")).unwrap(), meta);
         assert!(!w.join("planted").exists());
+        // Nor can a store be built in its place once it is moved away (put back after, on
+        // the host: moving it back is refused inside too).
+        let out = command(
+            s.caller,
+            &s.state.path,
+            &[
+                "whole-process",
+                "--",
+                "/bin/sh",
+                "-c",
+                "mv sandbox-launch moved 2>/dev/null; \
+                 mkdir -p sandbox-launch/worktrees/fake && echo PLANTED; true",
+            ],
+        )
+        .env("XDG_STATE_HOME", &s.state.path)
+        .output()
+        .unwrap();
+        let moved = s.state.join("moved");
+        if moved.exists() {
+            let _ = std::fs::remove_dir(s.state.join("sandbox-launch"));
+            std::fs::rename(&moved, s.state.join("sandbox-launch")).unwrap();
+        }
+        assert!(
+            !stdout(&out).contains("PLANTED"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!w.join("fake").exists(), "{caller:?}");
+        assert_eq!(std::fs::read(kept[0].join("meta.json")).unwrap(), meta);
         assert!(s.cmd(&["discard", "wt-store"]).status.success());
 
         // No store yet: none can be made from inside.

@@ -587,7 +587,11 @@ fn agent_state(
 pub fn host_context(cwd: PathBuf) -> HostContext {
     HostContext {
         cwd,
-        home: std::env::var_os("HOME").map(PathBuf::from),
+        // Canonical, as every path the plan compares it with: a home reached through a symlink
+        // (`/home` -> `var/home` on Fedora's atomic desktops) anchored no rule at all.
+        home: std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .map(|h| std::fs::canonicalize(&h).unwrap_or(h)),
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
         path_var: std::env::var("PATH").ok(),
     }

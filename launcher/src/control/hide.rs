@@ -28,25 +28,23 @@ pub fn hide_control_dir(spec: &mut SandboxSpec, switched_from_root: bool) {
 /// Hide this user's worktree store from the sandbox of `spec` as the control directory is
 /// hidden: from inside, a program could otherwise rewrite a kept worktree's record (which
 /// checkout `apply` writes to, what it compares against) or its upper layer, and a later
-/// `apply` would carry that out on the host. Where it does not exist yet, the create guard
-/// refuses to make it (a worktree planted there would be listed, and applied, as the user's).
+/// `apply` would carry that out on the host. Nor may one be made there, where it is missing or
+/// in place of it (a directory on the way to it renamed away, another put there): the create
+/// guard refuses both (a worktree planted there would be listed, and applied, as the user's).
 pub fn hide_worktree_store(spec: &mut SandboxSpec, switched_from_root: bool) {
     let Ok(store) = crate::worktree::store::Store::locate() else {
         return;
     };
-    match std::fs::canonicalize(&store.root) {
-        Ok(dir) => hide_private(spec, switched_from_root, &dir),
-        Err(_) => {
-            let rule = shim::spec::ProtectRule {
-                anchor: Some(canonical_parents(&store.root)),
-                pattern: "**".into(),
-                surface: "sandbox-launch's worktree store (`apply` would carry out what it holds)"
-                    .into(),
-            };
-            if !spec.persist.rules.contains(&rule) {
-                spec.persist.rules.push(rule);
-            }
-        }
+    if let Ok(dir) = std::fs::canonicalize(&store.root) {
+        hide_private(spec, switched_from_root, &dir);
+    }
+    let rule = shim::spec::ProtectRule {
+        anchor: Some(canonical_parents(&store.root)),
+        pattern: "**".into(),
+        surface: "sandbox-launch's worktree store (`apply` would carry out what it holds)".into(),
+    };
+    if !spec.persist.rules.contains(&rule) {
+        spec.persist.rules.push(rule);
     }
 }
 

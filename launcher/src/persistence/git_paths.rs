@@ -1,8 +1,10 @@
 //! What the host's git configuration makes run from elsewhere: the directory `core.hooksPath`
-//! names (husky's `.husky/`, a project's `githooks/`) and the files `include.path` and
-//! `includeIf.*.path` pull in. Read at launch, in Rust, from the configuration files git would
-//! read for the working directory and each writable tree: the repository's own `config`, the
-//! user's `~/.gitconfig` and `~/.config/git/config`, `/etc/gitconfig`, and what they include.
+//! names (husky's `.husky/`, a project's `githooks/`), the files `include.path` and
+//! `includeIf.*.path` pull in, and the programs named by path in the settings whose value git
+//! runs (`core.fsmonitor = scripts/fsmonitor.sh`, a `textconv`, a `filter`'s `clean`, …).
+//! Read at launch, in Rust, from the configuration files git would read for the working
+//! directory and each writable tree: the repository's own `config`, the user's `~/.gitconfig`
+//! and `~/.config/git/config`, `/etc/gitconfig`, and what they include.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,43 @@ pub struct GitPaths {
     pub hooks: BTreeSet<PathBuf>,
     /// Files named by `include.path` / `includeIf.*.path`.
     pub includes: BTreeSet<PathBuf>,
+    /// Programs named by path (a `/` in the command's first word) in a setting git runs.
+    pub commands: BTreeSet<PathBuf>,
+}
+
+/// Whether git runs the value of `section.[subsection.]key` as a command (a shell command, or
+/// a program's path).
+fn runs(section: &str, sub: bool, key: &str) -> bool {
+    matches!(
+        (section, sub, key),
+        (
+            "core",
+            false,
+            "fsmonitor" | "sshcommand" | "editor" | "pager" | "askpass"
+        ) | ("sequence", false, "editor")
+            | ("diff", false, "external")
+            | ("diff", true, "textconv" | "command")
+            | ("filter", true, "clean" | "smudge" | "process")
+            | ("merge", true, "driver")
+            | ("credential", _, "helper")
+            | ("gpg", _, "program")
+            | ("pager", true, _)
+            | ("alias", _, _)
+            | ("uploadpack", false, "packobjectshook")
+    )
+}
+
+/// The program a command value names by path: its first word (a leading `!` of a shell
+/// command dropped, quotes too) when it holds a `/`; `None` for a bare name (found on `PATH`,
+/// which is protected as such) or a boolean.
+fn program_of(value: &str) -> Option<&str> {
+    let word = value
+        .trim_start()
+        .trim_start_matches('!')
+        .split_whitespace()
+        .next()?
+        .trim_matches(|c| c == '"' || c == '\'');
+    word.contains('/').then_some(word)
 }
 
 /// A repository: its working tree's top and its git directory.
@@ -109,6 +148,12 @@ fn read(r: &mut Reading<'_>, file: &Path, top: &Path, depth: usize) {
                     }
                 }
             }
+            (section, key) if runs(section, e.subsection.is_some(), key) => {
+                // Relative to the working tree's top, where git runs it.
+                if let Some(p) = program_of(value).and_then(|w| expand(r.view, w, top, r.home)) {
+                    r.out.commands.insert(p);
+                }
+            }
             _ => {}
         }
     }
@@ -176,7 +221,35 @@ mod tests {
             "[includeIf \"gitdir:~/\"]\n\tpath = ~/.gitconfig.work\n",
         )
         .unwrap();
+        std::fs::write(
+            repo.join(".git/info-extra.inc"),
+            "[core]\n\tfsmonitor = scripts/fsmon.sh\n[diff \"tc\"]\n\ttextconv = !./tools/tc --x\n\
+             [filter \"f\"]\n\tclean = cat\n[alias]\n\tx = !~/bin/x.sh arg\n[core]\n\tpager = less\n",
+        )
+        .unwrap();
+        std::fs::write(
+            repo.join(".git/config"),
+            "[core]\n\thooksPath = .husky\n[include]\n\tpath = ../extra.inc\n\tpath = info-extra.inc\n",
+        )
+        .unwrap();
         let found = discover(&mut HostView::new(), &[repo.join("src")], Some(&home));
+        for named in [
+            repo.join("scripts/fsmon.sh"),
+            repo.join("tools/tc"),
+            home.join("bin/x.sh"),
+        ] {
+            assert!(
+                found.commands.contains(&named),
+                "{named:?}: {:?}",
+                found.commands
+            );
+        }
+        assert_eq!(
+            found.commands.len(),
+            3,
+            "bare names are PATH's: {:?}",
+            found.commands
+        );
         assert!(found.hooks.contains(&repo.join(".husky")));
         assert!(found.hooks.contains(&home.join("hooks")));
         assert!(found.includes.contains(&repo.join("extra.inc")));

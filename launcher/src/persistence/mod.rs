@@ -61,6 +61,20 @@ fn literal(pattern: &str) -> Option<&str> {
     (!p.contains(['*', '?'])).then_some(p)
 }
 
+/// The table's literal home paths that no writable root covers (see `plan`: a symlink there
+/// can lead into one).
+pub fn home_names_outside(home: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = SURFACES
+        .iter()
+        .filter(|s| s.scope == Scope::Home)
+        .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)))
+        .map(|p| home.join(p))
+        .filter(|p| !roots.iter().any(|r| plain_path::under(p, r)))
+        .collect();
+    plain_path::sort_dedup(&mut out);
+    out
+}
+
 /// The protected paths that can be named at launch without walking a tree: the table's
 /// literal patterns at the top of each writable root and in the home directory (where a root
 /// covers it), and each root's `.git` file (a gitlink). Whether each exists is for the caller

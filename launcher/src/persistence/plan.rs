@@ -125,6 +125,29 @@ pub fn plan(req: &Request<'_>) -> Protections {
             }
         }
     }
+    // The home's protected names outside every writable tree (the home is not writable): one
+    // that is a symlink into a writable tree (a stow-managed `~/.bashrc -> dotfiles/bashrc`,
+    // `~/.config/git -> ../dotfiles/git`), or missing below a symlinked directory that leads
+    // into one, has where it ends written by its name when the host starts a shell.
+    if let Some(home) = req.home.filter(|_| !roots.is_empty()) {
+        let outside = super::home_names_outside(home, &roots);
+        view.expect(&outside);
+        for p in outside {
+            // What to protect (its chain followed), and where it ends.
+            let (at, end) = match view.kind(&p) {
+                Kind::Symlink => (Some(p.clone()), chain(view, &p).pop()),
+                Kind::Missing => {
+                    let there = named_elsewhere(view, &p);
+                    (there.clone(), there)
+                }
+                _ => (None, None),
+            };
+            if let (Some(at), true) = (at, end.is_some_and(|e| inside(&e, &roots))) {
+                let why = format!("{} is a protected path", p.display());
+                out.protect(view, &at, &why, &roots, false);
+            }
+        }
+    }
     out.read_only
         .extend(super::git_hooks_at_launch(view, &roots));
     // A root's git directory whose hooks or config is a symlink (`.git/hooks -> hooks.real`):
@@ -139,16 +162,33 @@ pub fn plan(req: &Request<'_>) -> Protections {
         }
     }
     // Directories on the host's PATH that lie in a writable tree, and what the links directly
-    // in them point at.
-    for dir in req.path_var.unwrap_or_default().split(':') {
-        if dir.is_empty() || !dir.starts_with('/') {
+    // in them point at — in those directories, and in the home's own (`~/.local/bin/tool` ->
+    // a writable `~/opt/tool/bin/tool`; the system's are not read: hundreds of links, and
+    // none of them the user's to point anywhere). A relative entry names a directory of
+    // wherever the host's shell is: the working directory's is protected, and `.` or an empty
+    // entry (the current directory itself) is said.
+    let path_var = req.path_var.filter(|p| !p.is_empty());
+    for entry in path_var.into_iter().flat_map(|p| p.split(':')) {
+        if entry.is_empty() || entry == "." || entry == "./" {
+            let why = "the host's PATH holds the current directory (`.` or an empty entry): a \
+                       command the program writes in any directory runs on the host when that \
+                       command is run there; remove it from PATH";
+            if !out.overrides.iter().any(|w| w == why) {
+                out.overrides.push(why.into());
+            }
             continue;
         }
-        let dir = named(view, Path::new(dir));
-        if !inside(&dir, &roots) {
+        let dir = if entry.starts_with('/') {
+            named(view, Path::new(entry))
+        } else {
+            named(view, &req.cwd.join(entry))
+        };
+        let in_root = inside(&dir, &roots);
+        if in_root {
+            out.protect(view, &dir, "a directory on the host's PATH", &roots, false);
+        } else if !req.home.is_some_and(|h| under(&dir, h)) {
             continue;
         }
-        out.protect(view, &dir, "a directory on the host's PATH", &roots, false);
         for e in std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
@@ -182,6 +222,11 @@ pub fn plan(req: &Request<'_>) -> Protections {
     for i in &git.includes {
         if inside(i, &roots) {
             out.protect(view, i, "git configuration (included)", &roots, false);
+        }
+    }
+    for c in &git.commands {
+        if inside(c, &roots) {
+            out.protect(view, c, "a program git's configuration runs", &roots, false);
         }
     }
     // --deny-write: protected whether it exists or not, and beats every override.

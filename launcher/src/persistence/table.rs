@@ -146,6 +146,11 @@ pub const SURFACES: &[Surface] = &[
             ".bash_login",
             ".bash_logout",
             ".bashrc.d/**",
+            // Sourced by the stock ~/.bashrc of Debian and Ubuntu.
+            ".bash_aliases",
+            ".bash_completion",
+            ".local/share/bash-completion/**",
+            ".inputrc",
             ".profile",
             ".zshrc",
             ".zshenv",
@@ -160,8 +165,10 @@ pub const SURFACES: &[Surface] = &[
             ".tmux.conf",
             ".config/tmux/**",
             ".screenrc",
+            // direnv's own library, sourced for every .envrc it loads.
+            ".config/direnv/**",
         ],
-        runs: "opening a shell or a terminal multiplexer",
+        runs: "opening a shell or a terminal multiplexer, entering a directory with direnv",
     },
     Surface {
         what: "session start-up",

@@ -20,8 +20,11 @@ fn report(r: Result<i32>) -> i32 {
     })
 }
 
+/// Canonical, as the checkout's paths are (see `sandbox::host_context`).
 fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(PathBuf::from)
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .map(|h| std::fs::canonicalize(&h).unwrap_or(h))
 }
 
 fn scan(w: &Worktree) -> Result<Vec<Change>> {
