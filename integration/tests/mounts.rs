@@ -433,6 +433,11 @@ fn mounts_that_cannot_be_placed_safely_are_refused_naming_the_flag_and_the_fix()
         (vec!["--ro-bind".into(), format!("{s}:/proc/x")], "/proc"),
         (vec!["--bind".into(), format!("{s}:/dev/shm")], "/dev"),
         (vec!["--bind".into(), format!("{s}:/")], "--empty-root"),
+        (vec!["--bind".into(), "/:/tmp/r".into()], "the host's root"),
+        (
+            vec!["--ro-bind".into(), "/:/tmp/r".into()],
+            "the host's root",
+        ),
         (vec!["--tmpfs".into(), format!("{o}/link/x")], "symlink"),
         (vec!["--bind".into(), format!("{s}:{o}/new")], "mkdir -p"),
         (

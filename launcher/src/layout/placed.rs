@@ -161,6 +161,13 @@ impl Planner<'_> {
                 s.display()
             )
         })?;
+        if p == Path::new("/") {
+            bail!(
+                "{asked}: the source is the host's root /: the sandbox sees it already (read-only, \
+                 under its protections and masks), and a mount of the whole host with its \
+                 submounts cannot be placed safely; mount the directories you need"
+            );
+        }
         let meta = std::fs::metadata(&p)
             .map_err(|e| anyhow::anyhow!("{asked}: the source {}: {e}", p.display()))?;
         if let Some(why) = kind_of(&meta) {
