@@ -634,6 +634,9 @@ fn a_home_reached_through_a_symlink_keeps_its_protections() {
         let script = format!(
             "echo 'touch {m}' >> $HOME/.bashrc && echo BASHRC; \
              echo 'touch {m}' > $HOME/.bash_aliases && echo ALIASES; \
+             mkdir -p $HOME/bin && echo 'touch {m}' > $HOME/bin/ls && echo HOMEBIN; \
+             echo 'shell touch {m}' > $HOME/.gdbinit && echo GDBINIT; \
+             echo 'pre-commit: {{jobs: [{{run: touch {m}}}]}}' > .lefthook-local.yml && echo LEFTHOOK; \
              mkdir -p $HOME/.config && echo x > $HOME/.config/ordinary && echo ordinary-ok; true"
         );
         let out = integration::command(
@@ -652,7 +655,13 @@ fn a_home_reached_through_a_symlink_keeps_its_protections() {
             explain(&out)
         );
         assert!(!text.contains("BASHRC"), "{caller:?}: {}", explain(&out));
-        assert!(!text.contains("ALIASES"), "{caller:?}: {}", explain(&out));
+        for planted in ["ALIASES", "HOMEBIN", "GDBINIT", "LEFTHOOK"] {
+            assert!(
+                !text.contains(planted),
+                "{caller:?}: {planted}: {}",
+                explain(&out)
+            );
+        }
         let _ = Command::new("bash")
             .args(["-i", "-c", "true"])
             .env("HOME", &work.path)
@@ -750,18 +759,22 @@ fn programs_the_hosts_git_or_path_names_in_the_project_are_protected() {
         host_git_ok(&work.path, &["init", "-q"]);
         host_git_ok(
             &work.path,
-            &["config", "core.fsmonitor", "scripts/fsmon.sh"],
+            &["config", "core.fsmonitor", "sh scripts/fsmon.sh"],
         );
+        work.mkdir("bin2");
+        std::os::unix::fs::symlink(work.join("bin2"), home.join("lbin")).unwrap();
         work.give_to_sandbox_user(&work.path);
         let m = work.join("PWNED").display().to_string();
         let script = format!(
             "printf '#!/bin/sh\\ntouch {m}\\nexit 1\\n' > scripts/fsmon.sh && echo FSMONITOR; \
              printf '#!/bin/sh\\ntouch {m}\\n' > bin/ls && echo RELATIVE-PATH; \
              printf '#!/bin/sh\\ntouch {m}\\n' > tools/tool && echo HOME-PATH-LINK; \
+             printf '#!/bin/sh\\ntouch {m}\\n' > bin2/ls && echo LINKED-PATH-DIR; \
              echo x > scripts/notes.txt && echo notes-ok; true"
         );
         let path = format!(
-            "bin:{}:{}",
+            "bin:{}:{}:{}",
+            home.join("lbin").display(),
             home.join(".local/bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
@@ -776,7 +789,12 @@ fn programs_the_hosts_git_or_path_names_in_the_project_are_protected() {
         .unwrap();
         let text = stdout(&out);
         assert!(text.contains("notes-ok"), "{caller:?}: {}", explain(&out));
-        for planted in ["FSMONITOR", "RELATIVE-PATH", "HOME-PATH-LINK"] {
+        for planted in [
+            "FSMONITOR",
+            "RELATIVE-PATH",
+            "HOME-PATH-LINK",
+            "LINKED-PATH-DIR",
+        ] {
             assert!(
                 !text.contains(planted),
                 "{caller:?}: {planted}: {}",

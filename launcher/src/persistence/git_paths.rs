@@ -33,31 +33,42 @@ fn runs(section: &str, sub: bool, key: &str) -> bool {
         (
             "core",
             false,
-            "fsmonitor" | "sshcommand" | "editor" | "pager" | "askpass"
+            "fsmonitor" | "sshcommand" | "editor" | "pager" | "askpass" | "gitproxy"
         ) | ("sequence", false, "editor")
+            | ("interactive", false, "difffilter")
             | ("diff", false, "external")
             | ("diff", true, "textconv" | "command")
             | ("filter", true, "clean" | "smudge" | "process")
             | ("merge", true, "driver")
+            | ("mergetool" | "difftool" | "browser" | "man", true, "cmd")
             | ("credential", _, "helper")
             | ("gpg", _, "program")
+            | ("gpg", true, "defaultkeycommand")
+            | ("remote", true, "uploadpack" | "receivepack")
+            | ("sendemail", _, "smtpserver" | "tocmd" | "cccmd")
             | ("pager", true, _)
             | ("alias", _, _)
             | ("uploadpack", false, "packobjectshook")
     )
 }
 
-/// The program a command value names by path: its first word (a leading `!` of a shell
-/// command dropped, quotes too) when it holds a `/`; `None` for a bare name (found on `PATH`,
-/// which is protected as such) or a boolean.
-fn program_of(value: &str) -> Option<&str> {
-    let word = value
-        .trim_start()
-        .trim_start_matches('!')
-        .split_whitespace()
-        .next()?
-        .trim_matches(|c| c == '"' || c == '\'');
-    word.contains('/').then_some(word)
+/// The programs a command value names by path: every word holding a `/` (a leading `!` of a
+/// shell command, quotes and shell punctuation dropped, `$HOME` read as `~`), whatever runs
+/// it — `sh tools/fsmonitor.sh`, `!f() { tools/cred; }; f` — but URLs. A bare name is found on
+/// `PATH`, which is protected as such; a boolean names nothing.
+fn programs_of(value: &str) -> Vec<String> {
+    value
+        .split(|c: char| c.is_whitespace() || ";|&(){}<>`'\"=!".contains(c))
+        .filter(|w| w.contains('/') && !w.contains("://"))
+        .map(|w| {
+            for home in ["${HOME}/", "$HOME/"] {
+                if let Some(rest) = w.strip_prefix(home) {
+                    return format!("~/{rest}");
+                }
+            }
+            w.to_string()
+        })
+        .collect()
 }
 
 /// A repository: its working tree's top and its git directory.
@@ -148,10 +159,18 @@ fn read(r: &mut Reading<'_>, file: &Path, top: &Path, depth: usize) {
                     }
                 }
             }
+            // Copied into every repository git makes from then on, hooks included.
+            ("init", "templatedir") if e.subsection.is_none() => {
+                if let Some(p) = expand(r.view, value, top, r.home) {
+                    r.out.commands.insert(p);
+                }
+            }
             (section, key) if runs(section, e.subsection.is_some(), key) => {
                 // Relative to the working tree's top, where git runs it.
-                if let Some(p) = program_of(value).and_then(|w| expand(r.view, w, top, r.home)) {
-                    r.out.commands.insert(p);
+                for w in programs_of(value) {
+                    if let Some(p) = expand(r.view, &w, top, r.home) {
+                        r.out.commands.insert(p);
+                    }
                 }
             }
             _ => {}
@@ -224,7 +243,9 @@ mod tests {
         std::fs::write(
             repo.join(".git/info-extra.inc"),
             "[core]\n\tfsmonitor = scripts/fsmon.sh\n[diff \"tc\"]\n\ttextconv = !./tools/tc --x\n\
-             [filter \"f\"]\n\tclean = cat\n[alias]\n\tx = !~/bin/x.sh arg\n[core]\n\tpager = less\n",
+             [filter \"f\"]\n\tclean = cat\n[alias]\n\tx = !~/bin/x.sh arg\n[core]\n\tpager = less\n\
+             [credential]\n\thelper = \"!f() { tools/cred get; }; f\"\n[core]\n\tgitProxy = sh gp/proxy\n\
+             [gpg \"ssh\"]\n\tdefaultKeyCommand = $HOME/kc\n[remote \"o\"]\n\turl = https://example.invalid/x\n",
         )
         .unwrap();
         std::fs::write(
@@ -237,6 +258,9 @@ mod tests {
             repo.join("scripts/fsmon.sh"),
             repo.join("tools/tc"),
             home.join("bin/x.sh"),
+            repo.join("tools/cred"),
+            repo.join("gp/proxy"),
+            home.join("kc"),
         ] {
             assert!(
                 found.commands.contains(&named),
@@ -246,7 +270,7 @@ mod tests {
         }
         assert_eq!(
             found.commands.len(),
-            3,
+            6,
             "bare names are PATH's: {:?}",
             found.commands
         );

@@ -178,14 +178,24 @@ pub fn plan(req: &Request<'_>) -> Protections {
             }
             continue;
         }
-        let dir = if entry.starts_with('/') {
+        let named_dir = if entry.starts_with('/') {
             named(view, Path::new(entry))
         } else {
             named(view, &req.cwd.join(entry))
         };
-        let in_root = inside(&dir, &roots);
-        if in_root {
-            out.protect(view, &dir, "a directory on the host's PATH", &roots, false);
+        // The entry may itself be a symlink (`~/lbin -> project/bin`): where it leads is the
+        // directory searched, and protected with the links on the way.
+        let dir = chain(view, &named_dir)
+            .pop()
+            .unwrap_or_else(|| named_dir.clone());
+        if inside(&dir, &roots) {
+            out.protect(
+                view,
+                &named_dir,
+                "a directory on the host's PATH",
+                &roots,
+                false,
+            );
         } else if !req.home.is_some_and(|h| under(&dir, h)) {
             continue;
         }
