@@ -812,3 +812,52 @@ fn programs_the_hosts_git_or_path_names_in_the_project_are_protected() {
         assert_eq!(markers(&work.path), Vec::<PathBuf>::new(), "{caller:?}");
     }
 }
+
+/// A file the home's start-up files source by a path of their own (`. ~/dotfiles/aliases` in
+/// `~/.bashrc`, rustup's `. "$HOME/.cargo/env"` in `~/.profile`) is protected where it lies in
+/// a writable tree — here the working directory, the home not writable; an ordinary file next
+/// to it is written; a shell on the host then runs nothing planted.
+#[test]
+fn files_the_homes_startup_files_source_are_protected() {
+    for caller in CALLERS {
+        let home = TempDir::new_in("/var/tmp", "sourced-home");
+        home.write(".bashrc", ". ~/dotfiles/bash/aliases\n");
+        home.write(
+            ".profile",
+            "[ -f \"$HOME/dotfiles/env.sh\" ] && . \"$HOME/dotfiles/env.sh\"\n",
+        );
+        home.write("dotfiles/bash/aliases", "alias ll='ls -l'\n");
+        home.write("dotfiles/env.sh", "export X=1\n");
+        let m = home.join("PWNED").display().to_string();
+        let script = format!(
+            "echo 'touch {m}' >> bash/aliases && echo ALIASES; \
+             echo 'touch {m}' >> env.sh && echo ENVSH; \
+             echo x > bash/notes && echo notes-ok; true"
+        );
+        let out = integration::command(
+            caller,
+            &home.join("dotfiles"),
+            &["whole-process", "--", "/bin/sh", "-c", &script],
+        )
+        .env("HOME", &home.path)
+        .output()
+        .unwrap();
+        let text = stdout(&out);
+        assert!(text.contains("notes-ok"), "{caller:?}: {}", explain(&out));
+        for planted in ["ALIASES", "ENVSH"] {
+            assert!(
+                !text.contains(planted),
+                "{caller:?}: {planted}: {}",
+                explain(&out)
+            );
+        }
+        for args in [&["-i", "-c", "true"][..], &["-l", "-c", "true"]] {
+            let _ = Command::new("bash")
+                .args(args)
+                .env("HOME", &home.path)
+                .stdin(std::process::Stdio::null())
+                .output();
+        }
+        assert_eq!(markers(&home.path), Vec::<PathBuf>::new(), "{caller:?}");
+    }
+}

@@ -10,6 +10,7 @@ pub mod host_view;
 mod links;
 mod plain_path;
 pub mod plan;
+mod sourced;
 pub mod table;
 pub mod watch;
 

@@ -148,6 +148,23 @@ pub fn plan(req: &Request<'_>) -> Protections {
             }
         }
     }
+    // What the home's start-up files source by a path of their own, where that lies in a
+    // writable tree (see `sourced`).
+    if let Some(home) = req.home.filter(|_| !roots.is_empty()) {
+        for p in super::sourced::sourced_by_startup(home) {
+            let p = named(view, &p);
+            let end = chain(view, &p).pop().unwrap_or_else(|| p.clone());
+            if inside(&end, &roots) {
+                out.protect(
+                    view,
+                    &p,
+                    "a file a shell start-up file sources",
+                    &roots,
+                    false,
+                );
+            }
+        }
+    }
     out.read_only
         .extend(super::git_hooks_at_launch(view, &roots));
     // A root's git directory whose hooks or config is a symlink (`.git/hooks -> hooks.real`):
