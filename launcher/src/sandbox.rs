@@ -584,14 +584,18 @@ fn agent_state(
 }
 
 /// What the layout depends on of this host and this caller.
+/// `HOME`, canonical as every path the persistence plan compares it with: a home reached
+/// through a symlink (`/home` -> `var/home` on Fedora's atomic desktops) anchored no rule.
+pub fn canonical_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .map(|h| std::fs::canonicalize(&h).unwrap_or(h))
+}
+
 pub fn host_context(cwd: PathBuf) -> HostContext {
     HostContext {
         cwd,
-        // Canonical, as every path the plan compares it with: a home reached through a symlink
-        // (`/home` -> `var/home` on Fedora's atomic desktops) anchored no rule at all.
-        home: std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .map(|h| std::fs::canonicalize(&h).unwrap_or(h)),
+        home: canonical_home(),
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
         path_var: std::env::var("PATH").ok(),
     }

@@ -2,7 +2,6 @@
 //! code: 0 done, 1 refused or failed (what and why on stderr).
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::Result;
 
@@ -20,15 +19,12 @@ fn report(r: Result<i32>) -> i32 {
     })
 }
 
-/// Canonical, as the checkout's paths are (see `sandbox::host_context`).
-fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .map(|h| std::fs::canonicalize(&h).unwrap_or(h))
-}
-
 fn scan(w: &Worktree) -> Result<Vec<Change>> {
-    changes::scan(&w.upper(), &w.meta.project, home().as_deref())
+    changes::scan(
+        &w.upper(),
+        &w.meta.project,
+        crate::sandbox::canonical_home().as_deref(),
+    )
 }
 
 /// `worktrees [--json]`.
