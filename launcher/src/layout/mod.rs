@@ -21,7 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{bail, Result};
 use shim::spec::{LandlockRule, MountPlan};
 
-use crate::policy::model::{FsMode, LandlockCompat, Policy, Sourced};
+use crate::policy::model::{FsMode, LandlockCompat, Policy, Source, Sourced};
 
 /// Host facts the plan depends on.
 #[derive(Debug, Clone)]
@@ -109,7 +109,8 @@ struct Planner<'a> {
     deny_write_asked: Vec<PathBuf>,
     /// Every writable root, nested ones included (`rw` keeps only the outermost, for mounts).
     all_rw: Vec<PathBuf>,
-    /// The writable roots the policy names explicitly (not the working directory).
+    /// The writable roots the policy names explicitly (not the working directory, nor the
+    /// agents' state directories the launcher adds).
     explicit_rw: Vec<PathBuf>,
     /// The mounts placed by name, resolved, outermost target first.
     placed: Vec<placed::Placed>,
@@ -201,7 +202,11 @@ impl Planner<'_> {
         }
         for s in &fs.read_write {
             if let Some(p) = self.grant(&s.value, "writable path")? {
-                self.explicit_rw.push(p.clone());
+                // The agents' state directories are the launcher's own choice: one that is (or
+                // lies in) a protected path (`CODEX_HOME=~/.config/git`) keeps the protection.
+                if s.source != Source::Default {
+                    self.explicit_rw.push(p.clone());
+                }
                 writable.push(p);
             }
         }
@@ -304,6 +309,46 @@ mod tests {
             "/a/b/c".into(),
         ]);
         assert_eq!(got, vec![PathBuf::from("/a"), PathBuf::from("/c")]);
+    }
+
+    /// A writable path the launcher adds itself (an agent's state directory) that is a
+    /// protected path keeps the protection; the same path asked for on the command line
+    /// overrides it, and says so.
+    #[test]
+    fn only_a_writable_path_asked_for_overrides_a_protection() {
+        use crate::policy::model::Source;
+        let base = std::env::temp_dir().join(format!("sl-layout-explicit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (home, work) = (base.join("home"), base.join("work"));
+        std::fs::create_dir_all(home.join(".config/git")).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let (home, work) = (home.canonicalize().unwrap(), work.canonicalize().unwrap());
+        let git_dir = home.join(".config/git");
+        let ctx = HostContext {
+            cwd: work,
+            home: Some(home),
+            xdg_runtime_dir: None,
+            path_var: None,
+        };
+        let planned = |source: Source| {
+            let mut policy = Policy::default();
+            policy
+                .filesystem
+                .read_write
+                .push(Sourced::new(git_dir.clone(), source));
+            plan(&policy, &ctx).unwrap()
+        };
+        let by_launcher = planned(Source::Default);
+        assert!(by_launcher.persist.overrides.is_empty());
+        assert!(by_launcher.mounts.ops.iter().any(|op| matches!(op,
+            shim::spec::MountOp::ReadOnly { target, .. } if *target == git_dir)));
+        let asked = planned(Source::CommandLine);
+        assert_eq!(asked.persist.overrides, vec![git_dir.clone()]);
+        assert!(asked
+            .warnings
+            .iter()
+            .any(|w| w.contains("a protected path")));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

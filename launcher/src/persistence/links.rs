@@ -15,6 +15,9 @@ pub fn lenient(view: &mut HostView, p: &Path) -> PathBuf {
     if !p.is_absolute() {
         return lenient_by_prefixes(p);
     }
+    if plain(p) {
+        return lenient_plain(view, p);
+    }
     let mut out = PathBuf::from("/");
     // A component was missing: the rest is taken as written.
     let mut gone = false;
@@ -46,6 +49,31 @@ pub fn lenient(view: &mut HostView, p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// [`lenient`] of a plain path: its directory's answer (kept by the view, so that each
+/// directory of a plan's few hundred names is made once, not once per name below it) and one
+/// step for its last name.
+fn lenient_plain(view: &mut HostView, p: &Path) -> PathBuf {
+    let Some((dir, name)) = split(p) else {
+        return p.to_path_buf();
+    };
+    let base = if plain(dir) {
+        view.lenient_dir(dir, |v| lenient_plain(v, dir))
+            .unwrap_or_else(|| dir.to_path_buf())
+    } else {
+        PathBuf::from("/")
+    };
+    // `base` is canonical and exists, or the rest is taken as written: it is missing (or no
+    // directory: nothing is under it), or a symlink that leads nowhere.
+    if matches!(view.kind(&base), Kind::Missing | Kind::Symlink) {
+        return base.join(name);
+    }
+    let next = base.join(name);
+    match view.kind(&next) {
+        Kind::Symlink => view.canonical(&next).unwrap_or(next),
+        _ => next,
+    }
 }
 
 /// [`lenient`] for a relative path (from the working directory): each prefix canonicalized.
@@ -183,6 +211,11 @@ mod tests {
             "loop/x",
             "link/../real",
             "real/sub/../../link/sub/a",
+            // Plain paths, made from their directory's kept answer.
+            "link/sub/new/deeper",
+            "real/up/more",
+            "real/file/x/y",
+            "dangling/x/y",
         ] {
             let p = base.join(rel);
             assert_eq!(lenient(&mut view, &p), lenient_by_prefixes(&p), "{rel}");
