@@ -572,3 +572,75 @@ fn a_home_that_cannot_be_mapped_is_left_out_with_a_warning_or_refused_for_an_age
         0
     );
 }
+
+/// Every mode below `root` holding the set-user-ID or set-group-ID bit.
+fn set_id_modes(root: &Path) -> Vec<(PathBuf, u32)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        if meta.mode() & 0o6000 != 0 {
+            out.push((p.clone(), meta.mode()));
+        }
+        if meta.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+    }
+    out
+}
+
+/// What a program inside tries to leave set-ID in its working directory, each attempt saying
+/// when it is refused; then ordinary modes, which must work.
+const SET_ID_INSIDE: &str = r#"cp /bin/true prog
+chmod 4755 prog 2>/dev/null || echo REFUSED-chmod-u
+chmod g+s prog 2>/dev/null || echo REFUSED-chmod-g
+install -m 6755 /bin/true installed 2>/dev/null || echo REFUSED-install
+mkdir shared && { chmod 2775 shared 2>/dev/null || echo REFUSED-dir; }
+perl -MFcntl -e 'sysopen(F, "opened", O_CREAT|O_WRONLY, 04755) or exit 1' || echo REFUSED-open
+chmod 755 prog && chmod 1777 shared && echo ORDINARY-OK
+"#;
+
+/// Started as root, the working directory of root's is idmapped to the sandbox's user, and a
+/// file made there is root's on the host: a set-user-ID one would be a root program any local
+/// user could run. Every way to make one is refused; ordinary modes are not. Judged on the host:
+/// no mode in the tree holds either bit. (The unprivileged twin: the same in a tree of its own.)
+#[test]
+fn no_set_id_file_is_left_in_a_writable_tree() {
+    for caller in CALLERS {
+        let work = if caller == Caller::Invoker && is_root() {
+            root_owned("setid")
+        } else {
+            let d = TempDir::new_in("/var/tmp", "setid-own");
+            d.give_to_sandbox_user(&d.path);
+            d
+        };
+        let out = sh(caller, &work.path, &["--network", "none"], SET_ID_INSIDE);
+        let said = stdout(&out);
+        for refused in [
+            "REFUSED-chmod-u",
+            "REFUSED-chmod-g",
+            "REFUSED-install",
+            "REFUSED-dir",
+            "REFUSED-open",
+        ] {
+            assert!(
+                said.contains(refused),
+                "{caller:?}: {refused}: {}",
+                explain(&out)
+            );
+        }
+        assert!(
+            said.contains("ORDINARY-OK"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let modes = set_id_modes(&work.path);
+        assert!(
+            modes.is_empty(),
+            "{caller:?}: set-ID on the host: {modes:?}"
+        );
+        assert!(work.join("prog").exists(), "{caller:?}: {}", explain(&out));
+    }
+}

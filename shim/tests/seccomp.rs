@@ -610,7 +610,6 @@ fn frequent_syscalls_are_constant_allows_for_the_seccomp_cache() {
         SYS_mprotect,
         SYS_brk,
         SYS_close,
-        SYS_openat,
         SYS_newfstatat,
         SYS_statx,
         SYS_lseek,
@@ -635,7 +634,9 @@ fn frequent_syscalls_are_constant_allows_for_the_seccomp_cache() {
             "syscall {nr}"
         );
     }
-    // The argument-checked ones cannot be cached; the plain denials are constant.
+    // The argument-checked ones cannot be cached; the plain denials are constant. (`openat`
+    // is looked at for a set-ID mode; the create guard looks at its flags anyway.)
+    assert_eq!(constant_action(prog, SYS_openat as u32), None);
     assert_eq!(constant_action(prog, SYS_ioctl as u32), None);
     assert_eq!(constant_action(prog, SYS_socket as u32), None);
     assert_eq!(constant_action(prog, SYS_clone as u32), None);
@@ -651,4 +652,206 @@ fn frequent_syscalls_are_constant_allows_for_the_seccomp_cache() {
         constant_action(prog, 0x4000_0000 | SYS_read as u32),
         Some(0x8000_0000)
     );
+}
+
+/// A scratch directory of a test's, removed when dropped.
+struct Scratch(std::path::PathBuf);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(tag: &str) -> Scratch {
+    let p = std::env::temp_dir().join(format!("sl-setid-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    Scratch(p)
+}
+
+fn c_path(p: &std::path::Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// Every way to give a file a set-user-ID or set-group-ID mode, under `prog`; each probe on
+/// a file of the caller's own, so that without a filter each one succeeds.
+fn set_id_probes(prog: Option<&BpfProgram>) -> Vec<(&'static str, Outcome)> {
+    use libc::*;
+    let dir = scratch("probes");
+    let file = dir.0.join("file");
+    std::fs::write(&file, "").unwrap();
+    let (file, dirc) = (c_path(&file), c_path(&dir.0));
+    let fresh: Vec<std::ffi::CString> = (0..6)
+        .map(|i| c_path(&dir.0.join(format!("new-{i}"))))
+        .collect();
+    let mut out = Vec::new();
+    let p = |s: &std::ffi::CString| s.as_ptr() as u64;
+    let suid = u64::from(S_ISUID | 0o755);
+    let sgid = u64::from(S_ISGID | 0o755);
+    let probes: Vec<(&'static str, libc::c_long, [u64; 6])> = vec![
+        ("chmod 4755", SYS_chmod, [p(&file), suid, 0, 0, 0, 0]),
+        ("chmod 2755", SYS_chmod, [p(&file), sgid, 0, 0, 0, 0]),
+        (
+            "fchmodat 4755",
+            SYS_fchmodat,
+            [AT_FDCWD as u64, p(&file), suid, 0, 0, 0],
+        ),
+        (
+            "fchmodat2 2755",
+            SYS_fchmodat2,
+            [AT_FDCWD as u64, p(&file), sgid, 0, 0, 0],
+        ),
+        ("creat 4755", SYS_creat, [p(&fresh[0]), suid, 0, 0, 0, 0]),
+        (
+            "open O_CREAT 4755",
+            SYS_open,
+            [p(&fresh[1]), (O_CREAT | O_WRONLY) as u64, suid, 0, 0, 0],
+        ),
+        (
+            "openat O_CREAT 2755",
+            SYS_openat,
+            [
+                AT_FDCWD as u64,
+                p(&fresh[2]),
+                (O_CREAT | O_WRONLY) as u64,
+                sgid,
+                0,
+                0,
+            ],
+        ),
+        (
+            "openat O_TMPFILE 4755",
+            SYS_openat,
+            [
+                AT_FDCWD as u64,
+                p(&dirc),
+                (O_TMPFILE | O_WRONLY) as u64,
+                suid,
+                0,
+                0,
+            ],
+        ),
+        (
+            "mknod S_IFREG|4755",
+            SYS_mknod,
+            [p(&fresh[3]), u64::from(S_IFREG) | suid, 0, 0, 0, 0],
+        ),
+        (
+            "mknodat S_IFREG|2755",
+            SYS_mknodat,
+            [
+                AT_FDCWD as u64,
+                p(&fresh[4]),
+                u64::from(S_IFREG) | sgid,
+                0,
+                0,
+                0,
+            ],
+        ),
+    ];
+    for (name, nr, args) in probes {
+        // fchmod: a descriptor opened in the child, on the file.
+        out.push((name, run(prog, || sys(nr, args))));
+    }
+    let fd_file = file.clone();
+    out.push((
+        "fchmod 4755",
+        run(prog, move || {
+            // SAFETY: open and fchmod of a path we own; the descriptor dies with the child.
+            let fd = unsafe { libc::open(fd_file.as_ptr(), O_RDONLY) };
+            if fd < 0 {
+                return -1;
+            }
+            sys(SYS_fchmod, [fd as u64, suid, 0, 0, 0, 0])
+        }),
+    ));
+    drop(dir);
+    out
+}
+
+#[test]
+fn no_file_gets_a_set_user_or_group_id_mode() {
+    let without = set_id_probes(None);
+    for (name, outcome) in &without {
+        assert_eq!(
+            *outcome, Ok,
+            "{name} without a filter (the probe itself must work)"
+        );
+    }
+    for (name, outcome) in set_id_probes(Some(default_filter())) {
+        assert_eq!(outcome, Errno(libc::EPERM), "{name}");
+    }
+}
+
+/// The allowed twins: the same calls with ordinary modes, and opens that create nothing.
+#[test]
+fn ordinary_modes_and_opens_are_allowed() {
+    use libc::*;
+    let dir = scratch("twins");
+    let file = dir.0.join("file");
+    std::fs::write(&file, "").unwrap();
+    let file = c_path(&file);
+    let fresh = c_path(&dir.0.join("new"));
+    let p = |s: &std::ffi::CString| s.as_ptr() as u64;
+    for (name, nr, args) in [
+        ("chmod 1777", SYS_chmod, [p(&file), 0o1777, 0, 0, 0, 0]),
+        (
+            "fchmodat 0755",
+            SYS_fchmodat,
+            [AT_FDCWD as u64, p(&file), 0o755, 0, 0, 0],
+        ),
+        (
+            "openat O_CREAT 0644",
+            SYS_openat,
+            [
+                AT_FDCWD as u64,
+                p(&fresh),
+                (O_CREAT | O_WRONLY) as u64,
+                0o644,
+                0,
+                0,
+            ],
+        ),
+        // No O_CREAT: the mode argument is garbage and means nothing.
+        (
+            "openat O_RDONLY",
+            SYS_openat,
+            [AT_FDCWD as u64, p(&file), O_RDONLY as u64, 0o7777, 0, 0],
+        ),
+    ] {
+        assert_eq!(filtered(|| sys(nr, args)), Ok, "{name}");
+    }
+}
+
+#[test]
+fn openat2_answers_enosys_so_libc_falls_back_to_openat() {
+    let probe = || sys(libc::SYS_openat2, [libc::AT_FDCWD as u64, 1, 1, 24, 0, 0]);
+    assert_eq!(run(None, probe), Errno(libc::EFAULT));
+    assert_eq!(filtered(probe), Errno(libc::ENOSYS));
+}
+
+/// A policy of the user's own keeps the guard, even one whose answer for everything it does
+/// not name is something other than "allow" (the first such answer would otherwise win).
+#[test]
+fn a_policy_of_its_own_keeps_the_set_id_guard() {
+    for mismatch in ["allow", "log"] {
+        let json = format!(
+            r#"{{"main": {{"mismatch_action": "{mismatch}", "match_action": {{"errno": 1}},
+                "filter": [{{"syscall": "acct"}}]}}}}"#
+        );
+        let prog = compile(&SeccompSpec {
+            name: "own".into(),
+            json,
+        })
+        .unwrap();
+        let outcomes = set_id_probes(Some(&prog));
+        for (name, outcome) in outcomes {
+            assert_eq!(
+                outcome,
+                Errno(libc::EPERM),
+                "{name} under mismatch {mismatch}"
+            );
+        }
+    }
 }

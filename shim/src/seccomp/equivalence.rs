@@ -204,7 +204,7 @@ fn assert_same(old: &[sock_filter], new: &[sock_filter], seed: u64, samples: usi
 }
 
 fn linear(filters: Vec<BpfProgram>) -> BpfProgram {
-    let mut p = abi_guard();
+    let mut p = front();
     p.extend(chain(filters));
     p
 }

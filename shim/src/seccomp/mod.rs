@@ -7,12 +7,14 @@
 //! filter would allow a syscall, the next one decides; the first answer other than "allow" wins.
 //!
 //! In front of the chain sits a guard this module adds itself, whatever the policy says: on
-//! x86-64 it kills the process for any syscall made through another ABI (see [`abi_guard`]).
+//! x86-64 it kills the process for any syscall made through another ABI (see [`abi_guard`]),
+//! and no mode may hold the set-user-ID or set-group-ID bit (see [`setid`]).
 //! Each filter gets a binary search on the syscall number in front of its code (see
 //! `seccomp_policies::dispatch`), which makes installing the program several times cheaper.
 
 #[cfg(test)]
 mod equivalence;
+pub mod setid;
 
 use std::collections::HashMap;
 use std::convert::TryInto;
@@ -50,7 +52,7 @@ pub fn compile(spec: &SeccompSpec) -> Result<BpfProgram> {
     // this module puts in front on x86-64 (`chained` assumes it); only other JSON is compiled now.
     #[cfg(target_arch = "x86_64")]
     if let Some(chained) = seccomp_policies::chained(&spec.json) {
-        let mut program = abi_guard();
+        let mut program = front();
         program.extend(
             chained
                 .iter()
@@ -98,7 +100,7 @@ pub fn compile(spec: &SeccompSpec) -> Result<BpfProgram> {
 /// The ABI guard, then `filters` chained, each behind a search on the syscall number; the plain
 /// chain when that cannot be built (a filter of an unexpected shape, or too long a program).
 fn program(filters: Vec<BpfProgram>) -> BpfProgram {
-    let mut program = abi_guard();
+    let mut program = front();
     match seccomp_policies::dispatch::dispatched(&filters, GUARD_ARCH) {
         Some(p) if program.len() + p.len() <= BPF_MAXINSNS => program.extend(p),
         _ => program.extend(chain(filters)),
@@ -227,6 +229,14 @@ pub fn describe(json: &str) -> Result<Vec<String>> {
 /// answers such numbers with ENOSYS anyway; killing them costs nothing legitimate.
 ///
 /// The guard does its own arch check first, so it holds whatever the compiled policy contains.
+/// What the shim puts in front of every policy: the ABI guard, then the set-ID guard
+/// ([`setid`]).
+fn front() -> BpfProgram {
+    let mut p = abi_guard();
+    p.extend(setid::guard());
+    p
+}
+
 fn abi_guard() -> BpfProgram {
     #[cfg(target_arch = "x86_64")]
     {
