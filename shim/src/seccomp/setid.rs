@@ -19,7 +19,7 @@ use seccomp_policies::dispatch::{
 use seccompiler::{sock_filter, BpfProgram};
 
 /// The bits refused in a mode.
-pub const SET_ID: u32 = (libc::S_ISUID | libc::S_ISGID) as u32;
+pub const SET_ID: u32 = libc::S_ISUID | libc::S_ISGID;
 /// Open flags that create a file with the call's mode (`__O_TMPFILE`, which `O_TMPFILE`
 /// includes, and `O_CREAT`).
 const CREATES: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
