@@ -644,3 +644,85 @@ fn no_set_id_file_is_left_in_a_writable_tree() {
         assert!(work.join("prog").exists(), "{caller:?}: {}", explain(&out));
     }
 }
+
+/// Started as root in another user's home (`cd /home/alice` and a launch, or a `run_as_user`
+/// working in its own home), that user's start-up files are protected as the caller's are: the
+/// home is writable there (idmapped to the sandbox's user), but what that user's next login
+/// shell runs is not. Judged on the host by that login shell (`su -`); the twin: an ordinary
+/// file written in the home, the user's own on the host.
+#[test]
+fn another_users_home_keeps_its_protections_when_root_starts_there() {
+    assert!(is_root(), "started-as-root tests need root");
+    let user = integration::login::TestUser::new(Path::new("/bin/bash"));
+    let caller_home = root_owned("caller-home");
+    let marks = TempDir::new_in("/var/tmp", "home-marks");
+    std::fs::set_permissions(
+        &marks.path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    let policy = caller_home.join("as-user.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version: 1\nprocess: {{run_as_user: {0}, run_as_group: {0}}}\n",
+            user.name
+        ),
+    )
+    .unwrap();
+    let script = r#"for f in .profile .bashrc .bash_login .bash_logout; do
+  echo "touch $MARKS/$f-ran" >> "$f" 2>/dev/null || echo "REFUSED-$f"
+done
+mkdir -p .ssh 2>/dev/null && { echo key >> .ssh/authorized_keys 2>/dev/null || echo REFUSED-ssh; } || echo REFUSED-ssh
+echo notes > notes.txt && echo TWIN-OK
+"#;
+    for opts in [vec![], vec!["--policy", policy.to_str().unwrap()]] {
+        let mut args = vec!["whole-process", "--network", "none"];
+        args.extend_from_slice(&opts);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+        let out = Command::new(launcher())
+            .args(&args)
+            .current_dir(&user.home)
+            .env("HOME", &caller_home.path)
+            .env("MARKS", &marks.path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let said = stdout(&out);
+        for refused in [
+            "REFUSED-.profile",
+            "REFUSED-.bashrc",
+            "REFUSED-.bash_login",
+            "REFUSED-.bash_logout",
+            "REFUSED-ssh",
+        ] {
+            assert!(
+                said.contains(refused),
+                "{opts:?}: {refused}: {}",
+                explain(&out)
+            );
+        }
+        assert!(said.contains("TWIN-OK"), "{opts:?}: {}", explain(&out));
+        let notes = std::fs::metadata(user.home.join("notes.txt")).unwrap();
+        assert_eq!(
+            notes.uid(),
+            user.uid,
+            "{opts:?}: the twin is the user's on the host"
+        );
+        // The user's next login shell, and its logout, on the host.
+        let login = Command::new("su")
+            .args(["-", &user.name, "-c", "true"])
+            .output()
+            .unwrap();
+        assert!(login.status.success(), "su: {}", explain(&login));
+        let ran: Vec<_> = std::fs::read_dir(&marks.path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            ran.is_empty(),
+            "{opts:?}: planted and run on the host: {ran:?}"
+        );
+        assert!(!user.home.join(".ssh/authorized_keys").exists(), "{opts:?}");
+    }
+}

@@ -37,12 +37,21 @@ pub fn git_hooks_at_launch(view: &mut HostView, roots: &[PathBuf]) -> Vec<PathBu
 /// The guard's rules for the table: `Anywhere` patterns at any depth, `Home` ones anchored at
 /// the home directory. (Git directories are the guard's own rules.)
 pub fn table_rules(home: Option<&Path>) -> Vec<ProtectRule> {
+    rules_of(home, true)
+}
+
+/// The guard's rules for the table's `Home` patterns only, anchored at `home`.
+pub fn home_rules(home: &Path) -> Vec<ProtectRule> {
+    rules_of(Some(home), false)
+}
+
+fn rules_of(home: Option<&Path>, anywhere: bool) -> Vec<ProtectRule> {
     let mut out = Vec::new();
     for s in SURFACES {
         let anchor = match (s.scope, home) {
-            (Scope::Anywhere, _) => None,
+            (Scope::Anywhere, _) if anywhere => None,
             (Scope::Home, Some(h)) => Some(h.to_path_buf()),
-            (Scope::Home, None) | (Scope::GitDir, _) => continue,
+            (Scope::Anywhere | Scope::Home, _) | (Scope::GitDir, _) => continue,
         };
         let surface: Arc<str> = format!("{}: runs on {}", s.what, s.runs).into();
         for p in s.patterns {
@@ -76,6 +85,35 @@ pub fn home_names_outside(home: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// The table's literal home paths that a writable root covers.
+pub fn home_names_inside(home: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
+    SURFACES
+        .iter()
+        .filter(|s| s.scope == Scope::Home)
+        .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)))
+        .map(|p| home.join(p))
+        .filter(|p| roots.iter().any(|r| plain_path::under(p, r)))
+        .collect()
+}
+
+/// Other users' homes in a writable tree: the homes of the users who can log in that lie in a
+/// writable root (started as root, the working directory may be anyone's home: `cd
+/// /home/alice` then a launch, or a `run_as_user` working in its own home), canonical, the
+/// caller's own left out. Their shells run what the table protects there as much as the
+/// caller's do.
+pub fn other_homes(view: &mut HostView, roots: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for h in crate::users::login_homes() {
+        let h = links::lenient(view, &h);
+        let inside = roots.iter().any(|r| plain_path::under(&h, r));
+        if inside && Some(h.as_path()) != home && view.kind(&h) == Kind::Dir {
+            out.push(h);
+        }
+    }
+    plain_path::sort_dedup(&mut out);
+    out
+}
+
 /// The protected paths that can be named at launch without walking a tree: the table's
 /// literal patterns at the top of each writable root and in the home directory (where a root
 /// covers it), and each root's `.git` file (a gitlink). Whether each exists is for the caller
@@ -101,14 +139,7 @@ pub fn named_at_launch(
         }
     }
     if let Some(home) = home {
-        for s in SURFACES.iter().filter(|s| s.scope == Scope::Home) {
-            for p in s.patterns.iter().filter_map(|p| literal(p)) {
-                let path = home.join(p);
-                if roots.iter().any(|r| plain_path::under(&path, r)) {
-                    out.push(path);
-                }
-            }
-        }
+        out.extend(home_names_inside(home, roots));
     }
     // In `Path`'s order (by components), compared by bytes (`plain_path`): comparing
     // components at every step of the sort cost more than the rest of the plan's bookkeeping.

@@ -100,11 +100,23 @@ pub fn plan(req: &Request<'_>) -> Protections {
     let roots: Vec<PathBuf> = req.roots.to_vec();
     out.spec.roots = roots.clone();
     out.spec.rules = table_rules(req.home);
-    // The table's literal paths at the top of every root and in a covered home: bound when
-    // they exist, their symlinks followed.
     // One view of the host for the whole plan: each directory asked about read once.
     let view = &mut HostView::new();
-    let named_here = named_at_launch(view, &roots, req.home);
+    // Other users' homes in a writable tree: their start-up files are protected as the
+    // caller's are.
+    let others = super::other_homes(view, &roots, req.home);
+    for h in &others {
+        out.spec.rules.extend(super::home_rules(h));
+    }
+    // The table's literal paths at the top of every root and in a covered home: bound when
+    // they exist, their symlinks followed.
+    let mut named_here = named_at_launch(view, &roots, req.home);
+    if !others.is_empty() {
+        for h in &others {
+            named_here.extend(super::home_names_inside(h, &roots));
+        }
+        plain_path::sort_dedup(&mut named_here);
+    }
     view.expect(&named_here);
     for p in named_here {
         match view.kind(&p) {
