@@ -74,25 +74,51 @@ fn literal(pattern: &str) -> Option<&str> {
 /// The table's literal home paths that no writable root covers (see `plan`: a symlink there
 /// can lead into one).
 pub fn home_names_outside(home: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = SURFACES
-        .iter()
-        .filter(|s| s.scope == Scope::Home)
-        .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)))
-        .map(|p| home.join(p))
-        .filter(|p| !roots.iter().any(|r| plain_path::under(p, r)))
-        .collect();
+    let mut out = home_names(home, roots, false);
     plain_path::sort_dedup(&mut out);
     out
 }
 
 /// The table's literal home paths that a writable root covers.
 pub fn home_names_inside(home: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
-    SURFACES
+    home_names(home, roots, true)
+}
+
+/// The table's literal home paths that a writable root covers (`covered`), or that none does.
+/// Judged on the names as written in the table: the home lies in a root (all are covered), or
+/// a root lies in the home (those at or below it are) — a few comparisons of short names
+/// instead of one of whole paths for each name and root (a plan asks this of ~150 names).
+fn home_names(home: &Path, roots: &[PathBuf], covered: bool) -> Vec<PathBuf> {
+    let names = SURFACES
         .iter()
         .filter(|s| s.scope == Scope::Home)
-        .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)))
+        .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)));
+    if !plain_path::plain(home) || !roots.iter().all(|r| plain_path::plain(r)) {
+        return names
+            .map(|p| home.join(p))
+            .filter(|p| roots.iter().any(|r| p.starts_with(r)) == covered)
+            .collect();
+    }
+    if roots.iter().any(|r| plain_path::under(home, r)) {
+        return if covered {
+            names.map(|p| home.join(p)).collect()
+        } else {
+            Vec::new()
+        };
+    }
+    let (h, below) = (home.as_os_str().len(), std::path::MAIN_SEPARATOR as u8);
+    let inside: Vec<&[u8]> = roots
+        .iter()
+        .filter(|r| plain_path::under(r, home))
+        .map(|r| &r.as_os_str().as_encoded_bytes()[h + 1..])
+        .collect();
+    names
+        .filter(|n| {
+            let n = n.as_bytes();
+            let under = |r: &&[u8]| n.starts_with(r) && (n.len() == r.len() || n[r.len()] == below);
+            inside.iter().any(under) == covered
+        })
         .map(|p| home.join(p))
-        .filter(|p| roots.iter().any(|r| plain_path::under(p, r)))
         .collect()
 }
 
@@ -221,6 +247,43 @@ mod tests {
             Some(Path::new("/home/u")),
         );
         assert!(!elsewhere.contains(&PathBuf::from("/home/u/.bashrc")));
+    }
+
+    /// The quick judgement of which home names a root covers is `starts_with`'s.
+    #[test]
+    fn home_names_are_covered_as_starts_with_says() {
+        let home = Path::new("/home/u");
+        let all: Vec<PathBuf> = SURFACES
+            .iter()
+            .filter(|s| s.scope == Scope::Home)
+            .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)))
+            .map(|p| home.join(p))
+            .collect();
+        for roots in [
+            vec!["/home/u"],
+            vec!["/home"],
+            vec!["/home/u/.config"],
+            vec!["/home/u/.config/git", "/home/u/.cl"],
+            vec!["/home/u/.claude", "/w"],
+            vec!["/home/uu", "/home/u/.ssh/x"],
+            vec!["/w"],
+            vec!["/home/u/./.config"],
+            vec![],
+        ] {
+            let roots: Vec<PathBuf> = roots.into_iter().map(PathBuf::from).collect();
+            for covered in [true, false] {
+                let want: Vec<PathBuf> = all
+                    .iter()
+                    .filter(|p| roots.iter().any(|r| p.starts_with(r)) == covered)
+                    .cloned()
+                    .collect();
+                assert_eq!(
+                    home_names(home, &roots, covered),
+                    want,
+                    "{roots:?} {covered}"
+                );
+            }
+        }
     }
 
     #[test]
