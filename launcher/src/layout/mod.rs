@@ -317,9 +317,8 @@ mod tests {
     #[test]
     fn only_a_writable_path_asked_for_overrides_a_protection() {
         use crate::policy::model::Source;
-        let base = std::env::temp_dir().join(format!("sl-layout-explicit-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        let (home, work) = (base.join("home"), base.join("work"));
+        let dir = placed_persist::tests::dir("explicit");
+        let (home, work) = (dir.0.join("home"), dir.0.join("work"));
         std::fs::create_dir_all(home.join(".config/git")).unwrap();
         std::fs::create_dir_all(&work).unwrap();
         let (home, work) = (home.canonicalize().unwrap(), work.canonicalize().unwrap());
@@ -348,7 +347,6 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.contains("a protected path")));
-        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -56,7 +56,7 @@ const FS_CASEFOLD_FL: libc::c_int = 0x4000_0000;
 /// A quick hash of a path's bytes (a pass keeps a few hundred paths it made itself; SipHash over
 /// `Path`'s component-wise hashing cost more than the lookups it saves).
 #[derive(Default)]
-struct Quick(u64);
+pub(super) struct Quick(u64);
 
 impl Hasher for Quick {
     fn write(&mut self, bytes: &[u8]) {
@@ -211,8 +211,10 @@ impl HostView {
         if let Some(k) = self.known_plain(p) {
             return k;
         }
-        let k = self.look(p);
-        self.kinds.insert(p.as_os_str().to_owned(), k);
+        let (k, keep) = self.look(p);
+        if keep {
+            self.kinds.insert(p.as_os_str().to_owned(), k);
+        }
         k
     }
 
@@ -313,40 +315,43 @@ impl HostView {
         }
     }
 
-    /// `p` is plain.
-    fn look(&mut self, p: &Path) -> Kind {
+    /// `p` is plain. With the answer, whether to keep it: what its directory's listing or
+    /// a missing directory above says is known again at the cost of two lookups, which is less
+    /// than keeping it (a copy of the path and its hashing; a plan asks hundreds of names no
+    /// host has).
+    fn look(&mut self, p: &Path) -> (Kind, bool) {
         let Some((dir, name)) = split(p) else {
-            return lstat(p);
+            return (lstat(p), true);
         };
         // Nothing is under a missing path, or under a file: known without asking.
         if matches!(
             self.known(dir),
             Some(Kind::Missing | Kind::File | Kind::Other)
         ) {
-            return Kind::Missing;
+            return (Kind::Missing, false);
         }
         if !self.dirs.contains_key(dir.as_os_str()) {
             self.dirs
                 .insert(dir.as_os_str().to_owned(), Listing::Asked(0));
         }
         let Some(listing) = self.dirs.get_mut(dir.as_os_str()) else {
-            return lstat(p);
+            return (lstat(p), true);
         };
         if let Listing::Asked(n) = listing {
             if *n < LOOKUPS_BEFORE_READING {
                 *n += 1;
-                return lstat(p);
+                return (lstat(p), true);
             }
             *listing = read(dir);
         }
         match listing {
             Listing::Read(names) => match names.get(name) {
-                None => Kind::Missing,
-                Some(Some(k)) => *k,
-                Some(None) => lstat(p),
+                None => (Kind::Missing, false),
+                Some(Some(k)) => (*k, false),
+                Some(None) => (lstat(p), true),
             },
-            Listing::Nothing => Kind::Missing,
-            Listing::Asked(_) | Listing::ByName => lstat(p),
+            Listing::Nothing => (Kind::Missing, false),
+            Listing::Asked(_) | Listing::ByName => (lstat(p), true),
         }
     }
 }

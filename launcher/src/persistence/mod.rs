@@ -75,7 +75,7 @@ fn literal(pattern: &str) -> Option<&str> {
 /// can lead into one).
 pub fn home_names_outside(home: &Path, roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = home_names(home, roots, false);
-    plain_path::sort_dedup(&mut out);
+    plain_path::dedup(&mut out);
     out
 }
 
@@ -167,9 +167,8 @@ pub fn named_at_launch(
     if let Some(home) = home {
         out.extend(home_names_inside(home, roots));
     }
-    // In `Path`'s order (by components), compared by bytes (`plain_path`): comparing
-    // components at every step of the sort cost more than the rest of the plan's bookkeeping.
-    plain_path::sort_dedup(&mut out);
+    // Roots inside others, and the home's names inside a root, name some paths twice.
+    plain_path::dedup(&mut out);
     out
 }
 

@@ -6,8 +6,11 @@
 
 use std::cmp::Ordering;
 use std::ffi::OsStr;
+use std::hash::BuildHasherDefault;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use super::host_view::Quick;
 
 /// An absolute path with no `.`, `..`, doubled or trailing slash: its last component is what a
 /// lookup in its parent directory finds (`a/link/` would follow the link). (`/` is not one.)
@@ -50,6 +53,29 @@ pub fn sort_dedup(paths: &mut Vec<PathBuf>) {
     }
     paths.sort_by(|a, b| cmp_plain(a.as_os_str().as_bytes(), b.as_os_str().as_bytes()));
     paths.dedup_by(|a, b| a.as_os_str() == b.as_os_str());
+}
+
+/// Drop repeated paths, each kept at its first place (a set of their bytes, not a sort: a plan
+/// names a few hundred paths whose order nothing needs). Paths that are not all plain are
+/// sorted and deduplicated instead.
+pub fn dedup(paths: &mut Vec<PathBuf>) {
+    if !paths.iter().all(|p| plain(p)) {
+        sort_dedup(paths);
+        return;
+    }
+    let keep: Vec<bool> = {
+        let mut seen: std::collections::HashSet<&[u8], BuildHasherDefault<Quick>> =
+            std::collections::HashSet::with_capacity_and_hasher(paths.len(), Default::default());
+        paths
+            .iter()
+            .map(|p| seen.insert(p.as_os_str().as_bytes()))
+            .collect()
+    };
+    let mut i = 0;
+    paths.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
 }
 
 /// `Path`'s order of two plain paths' bytes: component by component, a shorter component
@@ -101,6 +127,30 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn dedup_keeps_each_paths_first_place() {
+        let all = paths();
+        let mut some: Vec<PathBuf> = all.iter().chain(all.iter().rev()).cloned().collect();
+        some.retain(|p| plain(p));
+        let mut got = some.clone();
+        dedup(&mut got);
+        let mut want: Vec<PathBuf> = Vec::new();
+        for p in some {
+            if !want.contains(&p) {
+                want.push(p);
+            }
+        }
+        assert_eq!(got, want);
+        // Not all plain: sorted and deduplicated as `Path` does.
+        let mut mixed = vec![
+            PathBuf::from("/b"),
+            PathBuf::from("/a/./x"),
+            PathBuf::from("/a/x"),
+        ];
+        dedup(&mut mixed);
+        assert_eq!(mixed, vec![PathBuf::from("/a/./x"), PathBuf::from("/b")]);
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub fn plan(req: &Request<'_>) -> Protections {
         for h in &others {
             named_here.extend(super::home_names_inside(h, &roots));
         }
-        plain_path::sort_dedup(&mut named_here);
+        plain_path::dedup(&mut named_here);
     }
     view.expect(&named_here);
     for p in named_here {
