@@ -861,3 +861,102 @@ fn files_the_homes_startup_files_source_are_protected() {
         assert_eq!(markers(&home.path), Vec::<PathBuf>::new(), "{caller:?}");
     }
 }
+
+/// What the host runs from the home besides shells and editors' own files: sensible-editor
+/// (and `crontab -e`) sources `~/.selected_editor` as shell; less, with LESSOPEN set as
+/// Ubuntu's `~/.bashrc` sets it, runs `~/.lessfilter` through lesspipe, and takes LESSOPEN
+/// itself from a lesskey file's `#env`; programs for MIME types, mail forwarding, remote
+/// logins and network clients' configuration. The home is the working directory here: each
+/// is refused, and the files those programs write for themselves land (`.lesshst`,
+/// `.wget-hsts`).
+#[test]
+fn files_the_pager_the_editor_chooser_mail_and_logins_run_cannot_be_planted() {
+    for caller in CALLERS {
+        let work = TempDir::new_in("/var/tmp", "homefiles");
+        let script = format!(
+            r##"{PRELUDE}
+try selected-editor sh -c "echo 'SELECTED_EDITOR=true; touch $M-editor' > .selected_editor"
+try lessfilter sh -c "printf '#!/bin/sh\ntouch $M-lessfilter\nexit 1\n' > .lessfilter && chmod +x .lessfilter"
+try lessfilter-xdg sh -c "mkdir -p .config && printf '#!/bin/sh\ntouch $M-lessfilter\nexit 1\n' > .config/lessfilter"
+try lesskey sh -c "printf '#env\nLESSOPEN=|touch $M-lesskey; cat %%s\n' > .lesskey"
+try lesskey-xdg sh -c "mkdir -p .config && printf '#env\nLESSOPEN=|touch $M-lesskey; cat %%s\n' > .config/lesskey"
+try less-binary sh -c "echo x > .less"
+try mailcap sh -c "echo 'text/plain; touch $M-mailcap' > .mailcap"
+try forward sh -c "echo '|touch $M-forward' > .forward"
+try rhosts sh -c "echo '+ +' > .rhosts"
+try shosts sh -c "echo '+ +' > .shosts"
+try k5login sh -c "echo 'evil@EXAMPLE' > .k5login"
+try k5users sh -c "echo 'evil@EXAMPLE' > .k5users"
+try wgetrc sh -c "echo 'output_document = $M-wget' > .wgetrc"
+try curlrc sh -c "echo 'output = $M-curl' > .curlrc"
+try netrc sh -c "printf 'machine x\nmacdef init\n!touch $M-netrc\n\n' > .netrc"
+echo h > .lesshst && echo ok:lesshst
+echo h > .wget-hsts && echo ok:wget-hsts
+mkdir -p notes && echo n > notes/.forward.txt && echo ok:notes
+"##
+        );
+        let out = sh(caller, &work.path, &[], &script);
+        let text = stdout(&out);
+        assert!(!text.contains("PLANTED"), "{caller:?}: {}", explain(&out));
+        assert_eq!(
+            text.matches("refused:").count(),
+            15,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert_eq!(
+            text.matches("ok:").count(),
+            3,
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // On the host, with this HOME: the editor chooser, and less as Ubuntu's shell sets it
+        // up (with `lesspipe`) and as it is (its lesskey files).
+        let page = work.join("notes/.forward.txt");
+        let host = |program: &str, args: &[&Path], env: &[(&str, &str)]| {
+            let mut cmd = Command::new(program);
+            cmd.args(args)
+                .current_dir(&work.path)
+                .env("HOME", &work.path)
+                .env_remove("XDG_CONFIG_HOME")
+                .env_remove("VISUAL")
+                .env_remove("LESSOPEN")
+                .env_remove("LESSKEYIN")
+                .env("EDITOR", "true")
+                .stdin(std::process::Stdio::null());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            let out = cmd.output().expect("run on the host");
+            assert!(out.status.success(), "{program}: {}", explain(&out));
+        };
+        host("sensible-editor", &[&page], &[]);
+        host("less", &[&page], &[("LESSOPEN", "| /usr/bin/lesspipe %s")]);
+        host("less", &[&page], &[]);
+        assert_eq!(markers(&work.path), Vec::<PathBuf>::new(), "{caller:?}");
+        for p in [
+            ".selected_editor",
+            ".lessfilter",
+            ".config/lessfilter",
+            ".lesskey",
+            ".config/lesskey",
+            ".less",
+            ".mailcap",
+            ".forward",
+            ".rhosts",
+            ".shosts",
+            ".k5login",
+            ".k5users",
+            ".wgetrc",
+            ".curlrc",
+            ".netrc",
+        ] {
+            assert!(
+                std::fs::symlink_metadata(work.join(p)).is_err(),
+                "{caller:?}: {p} exists on the host"
+            );
+        }
+        assert!(work.join(".lesshst").exists());
+        assert!(work.join(".wget-hsts").exists());
+    }
+}

@@ -264,8 +264,43 @@ pub const SURFACES: &[Surface] = &[
             ".config/Code/User/**",
             ".wezterm.lua",
             ".config/wezterm/**",
+            // Sourced as shell by sensible-editor (which `crontab -e` and Debian's tools run).
+            ".selected_editor",
         ],
-        runs: "opening the editor",
+        runs: "opening the editor (sensible-editor and crontab -e source ~/.selected_editor)",
+    },
+    Surface {
+        what: "pager and MIME handlers",
+        scope: Scope::Home,
+        patterns: &[
+            // lesspipe runs it when LESSOPEN is set (Ubuntu's ~/.bashrc sets it).
+            ".lessfilter",
+            ".config/lessfilter",
+            // A lesskey file's `#env` section sets LESSOPEN: a command less runs.
+            ".lesskey",
+            ".config/lesskey",
+            ".less",
+            ".config/less",
+            ".mailcap",
+        ],
+        runs: "less (lesspipe runs ~/.lessfilter; a lesskey file's #env sets LESSOPEN), opening a file by its type (run-mailcap, mutt: ~/.mailcap names the programs)",
+    },
+    Surface {
+        what: "mail, remote logins and network clients",
+        scope: Scope::Home,
+        patterns: &[
+            ".forward",
+            ".rhosts",
+            ".shosts",
+            ".k5login",
+            ".k5users",
+            ".wgetrc",
+            ".config/wget/**",
+            ".curlrc",
+            ".config/.curlrc",
+            ".netrc",
+        ],
+        runs: "mail delivery (a pipe to a command in ~/.forward), rsh and ssh host-based or Kerberos logins as the user (a way in), the next wget or curl (output files, proxies, uploads), ftp (~/.netrc's macdef init runs at log-in, and ! runs a shell)",
     },
     Surface {
         what: "tools run from the home",
