@@ -960,3 +960,93 @@ mkdir -p notes && echo n > notes/.forward.txt && echo ok:notes
         assert!(work.join(".wget-hsts").exists());
     }
 }
+
+/// sandbox-launch's user policy (and its trusted projects) lies where `XDG_CONFIG_HOME` puts
+/// it, here in the working directory (also HOME): the program inside can neither write a
+/// policy there (nor by swapping or linking the directory above it), and the next launch,
+/// which reads it, gets nothing more than before. Missing at launch and existing. The twin:
+/// the rest of that configuration directory is writable.
+#[test]
+fn a_user_policy_moved_by_xdg_config_home_cannot_be_written_for_the_next_launch() {
+    for caller in CALLERS {
+        for existing in [false, true] {
+            let work = TempDir::new_in("/var/tmp", "xdgpolicy");
+            let outside = TempDir::new_in("/var/tmp", "xdgpolicy-outside");
+            let cfg = work.mkdir("cfg");
+            if existing {
+                work.write("cfg/sandbox-launch/settings.json", "{\"sandbox\": {}}\n");
+            }
+            let settings = format!(
+                "{{\"sandbox\": {{\"filesystem\": {{\"allowWrite\": [\"{}\"]}}}}}}",
+                outside.path.display()
+            );
+            let script = format!(
+                r##"{PRELUDE}
+S='{settings}'
+try settings sh -c 'mkdir -p cfg/sandbox-launch && echo "$S" > cfg/sandbox-launch/settings.json'
+try policy-yaml sh -c 'mkdir -p cfg/sandbox-launch && echo "version: 1" > cfg/sandbox-launch/policy.yaml'
+try trusted sh -c 'mkdir -p cfg/sandbox-launch && echo "$PWD" > cfg/sandbox-launch/trusted-projects'
+try swap-parent sh -c 'mv cfg cfg.old && mkdir -p cfg/sandbox-launch && echo "$S" > cfg/sandbox-launch/settings.json'
+try link-parent sh -c 'mkdir -p other/sandbox-launch && echo "$S" > other/sandbox-launch/settings.json && mv cfg cfg.gone && ln -s other cfg'
+mkdir -p cfg/other && echo x > cfg/other/notes && echo ok:cfg-other
+"##
+            );
+            let out = integration::command(
+                caller,
+                &work.path,
+                &["whole-process", "--", "/bin/sh", "-c", &script],
+            )
+            .env("XDG_CONFIG_HOME", &cfg)
+            .output()
+            .expect("run sandbox-launch");
+            let text = stdout(&out);
+            let what = format!("{caller:?} (policy directory existing: {existing})");
+            assert!(!text.contains("PLANTED"), "{what}: {}", explain(&out));
+            assert_eq!(
+                text.matches("refused:").count(),
+                5,
+                "{what}: {}",
+                explain(&out)
+            );
+            assert!(text.contains("ok:cfg-other"), "{what}: {}", explain(&out));
+            assert!(cfg.join("other/notes").exists(), "{what}");
+            // On the host: the next launch, with the same configuration, writes where the
+            // policy the program tried to leave would let it.
+            let out = integration::command(
+                caller,
+                &work.path,
+                &[
+                    "whole-process",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    &format!(
+                        "echo x > {}/PWNED-policy; echo next-launch-ran",
+                        outside.path.display()
+                    ),
+                ],
+            )
+            .env("XDG_CONFIG_HOME", &cfg)
+            .output()
+            .expect("run sandbox-launch");
+            assert!(
+                stdout(&out).contains("next-launch-ran"),
+                "{what}: {}",
+                explain(&out)
+            );
+            assert_eq!(
+                markers(&outside.path),
+                Vec::<PathBuf>::new(),
+                "{what}: the next launch obeyed the policy written inside: {}",
+                explain(&out)
+            );
+            let written = std::fs::read_to_string(cfg.join("sandbox-launch/settings.json"));
+            if existing {
+                assert_eq!(written.unwrap(), "{\"sandbox\": {}}\n", "{what}");
+            } else {
+                assert!(written.is_err(), "{what}");
+            }
+            assert!(!cfg.join("sandbox-launch/trusted-projects").exists());
+        }
+    }
+}

@@ -598,6 +598,7 @@ pub fn host_context(cwd: PathBuf) -> HostContext {
         home: canonical_home(),
         xdg_runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
         path_var: std::env::var("PATH").ok(),
+        user_policy_dir: Some(crate::policy::user_dir_from_env()),
     }
 }
 

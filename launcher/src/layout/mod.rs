@@ -32,6 +32,9 @@ pub struct HostContext {
     pub xdg_runtime_dir: Option<PathBuf>,
     /// The host's `PATH` (its directories inside a writable tree are protected).
     pub path_var: Option<String>,
+    /// sandbox-launch's user policy directory (`$XDG_CONFIG_HOME/sandbox-launch`): protected
+    /// wherever it lies in a writable tree.
+    pub user_policy_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -328,6 +331,7 @@ mod tests {
             home: Some(home),
             xdg_runtime_dir: None,
             path_var: None,
+            user_policy_dir: None,
         };
         let planned = |source: Source| {
             let mut policy = Policy::default();

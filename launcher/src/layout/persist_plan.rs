@@ -26,6 +26,7 @@ pub struct PersistInputs {
     home: Option<PathBuf>,
     cwd: PathBuf,
     path_var: Option<String>,
+    user_policy_dir: Option<PathBuf>,
     /// The writable roots as mounted (outermost only): the binds are pinned under them.
     mounted_rw: Vec<PathBuf>,
     /// Targets of the mounts placed by name: what lies under them is protected with them.
@@ -58,6 +59,7 @@ impl PersistInputs {
             home: self.home.as_deref(),
             cwd: &self.cwd,
             path_var: self.path_var.as_deref(),
+            user_policy_dir: self.user_policy_dir.as_deref(),
         });
         let shown: Vec<PathBuf> = prot
             .read_only
@@ -129,6 +131,7 @@ impl Planner<'_> {
             home: self.ctx.home.clone(),
             cwd: self.ctx.cwd.clone(),
             path_var: self.ctx.path_var.clone(),
+            user_policy_dir: self.ctx.user_policy_dir.clone(),
             mounted_rw: mounted_rw.to_vec(),
             placed_targets: self.placed.iter().map(|m| m.target.clone()).collect(),
             placed_writable: self
@@ -198,6 +201,7 @@ mod tests {
             home: None,
             xdg_runtime_dir: None,
             path_var: None,
+            user_policy_dir: None,
         };
         (work, repo, policy, ctx)
     }

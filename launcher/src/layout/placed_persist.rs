@@ -170,6 +170,7 @@ impl Planner<'_> {
                 home: self.ctx.home.as_deref(),
                 cwd: &self.ctx.cwd,
                 path_var: self.ctx.path_var.as_deref(),
+                user_policy_dir: self.ctx.user_policy_dir.as_deref(),
             });
             let binds = crate::persistence::binds::mounts(&prot.read_only, &roots);
             ops.extend(binds.into_iter().map(|op| move_op(m, op)));
@@ -248,6 +249,7 @@ pub(super) mod tests {
             home: None,
             xdg_runtime_dir: None,
             path_var: None,
+            user_policy_dir: None,
         }
     }
 

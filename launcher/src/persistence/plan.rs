@@ -27,6 +27,9 @@ pub struct Request<'a> {
     pub cwd: &'a Path,
     /// The host's `PATH`: its directories inside a writable tree are protected.
     pub path_var: Option<&'a str>,
+    /// sandbox-launch's user policy directory (`$XDG_CONFIG_HOME/sandbox-launch`, with the
+    /// trusted projects): protected where it lies in a writable tree, wherever that is.
+    pub user_policy_dir: Option<&'a Path>,
 }
 
 /// One protection, for `check`.
@@ -247,6 +250,27 @@ pub fn plan(req: &Request<'_>) -> Protections {
                     );
                 }
             }
+        }
+    }
+    // sandbox-launch's own user policy and trusted projects where `XDG_CONFIG_HOME` moves
+    // them (the table has `~/.config/sandbox-launch`): a policy written there is obeyed by the
+    // next launch.
+    if let Some(dir) = req.user_policy_dir.filter(|_| !roots.is_empty()) {
+        let named_dir = named(view, dir);
+        let end = chain(view, &named_dir)
+            .pop()
+            .unwrap_or_else(|| named_dir.clone());
+        let in_table = req
+            .home
+            .is_some_and(|h| named_dir == h.join(".config/sandbox-launch"));
+        if inside(&end, &roots) && !in_table {
+            out.protect(
+                view,
+                &named_dir,
+                "sandbox-launch's user configuration (its policy, trusted projects)",
+                &roots,
+                false,
+            );
         }
     }
     // What the host's git configuration runs from elsewhere.

@@ -63,13 +63,8 @@ pub struct LoadRequest {
 
 impl LoadRequest {
     pub fn from_env(cwd: PathBuf) -> Result<Self> {
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "/".into());
-        let user_dir = std::env::var_os("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".config"))
-            .join("sandbox-launch");
+        let home = home_from_env();
+        let user_dir = user_dir_from_env();
         Ok(LoadRequest {
             cwd,
             home,
@@ -89,6 +84,25 @@ impl LoadRequest {
             runtime: runtime::RuntimeFragment::default(),
         })
     }
+}
+
+/// `HOME`, or `/`.
+fn home_from_env() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/".into())
+}
+
+/// The user's policy directory, `$XDG_CONFIG_HOME/sandbox-launch` (`~/.config/sandbox-launch`
+/// when the variable is unset, empty or relative, as the XDG specification says: a relative
+/// one would name a directory of wherever the launcher starts). The persistence plan protects
+/// it wherever it lies (`layout::HostContext::user_policy_dir`).
+pub fn user_dir_from_env() -> PathBuf {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home_from_env().join(".config"))
+        .join("sandbox-launch")
 }
 
 /// Read every source the request names or implies and merge them into the effective policy.

@@ -64,6 +64,9 @@ impl Classifier {
             home,
             cwd: lower,
             path_var,
+            // The checkout is judged for what the project holds; the user's policy directory
+            // is not in it.
+            user_policy_dir: None,
         });
         let rules = Rules::new(&PersistSpec {
             roots: roots.to_vec(),
