@@ -14,11 +14,11 @@ use integration::{
     explain, feed_stdin, is_root, launcher, stdout, Caller, TempDir, CALLERS, NOBODY,
 };
 
-/// Start the launcher as a login does (`argv[0]` is `-sandbox-launch`) with `$SHELL` naming it,
-/// feed `script` to the shell it starts and collect the output.
-fn login_session(caller: Caller, home: &Path, script: &str) -> Output {
+/// The launcher started as a login does (`argv[0]` is `-sandbox-launch`, then `args`) with
+/// `$SHELL` naming it.
+fn login_command(caller: Caller, home: &Path, args: &[&str]) -> Command {
     let me = launcher().to_str().unwrap().to_string();
-    let exec_a = "exec -a -sandbox-launch \"$0\"";
+    let exec_a = "exec -a -sandbox-launch \"$0\" \"$@\"";
     let mut cmd = if caller == Caller::Unprivileged && is_root() {
         let mut c = Command::new("setpriv");
         let id = NOBODY.to_string();
@@ -30,14 +30,24 @@ fn login_session(caller: Caller, home: &Path, script: &str) -> Output {
         c.args(["-c", exec_a, &me]);
         c
     };
-    cmd.current_dir(home)
+    cmd.args(args)
+        .current_dir(home)
         .env("HOME", home)
         .env("SHELL", &me)
-        .env("SANDBOX_LAUNCH_SHELL", "/bin/bash")
         .env_remove("XDG_RUNTIME_DIR")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    cmd
+}
+
+/// A login session: feed `script` to the shell it starts and collect the output.
+fn login_session(caller: Caller, home: &Path, script: &str) -> Output {
+    session(login_command(caller, home, &[]), script)
+}
+
+/// Run `cmd` with `script` on its stdin.
+fn session(mut cmd: Command, script: &str) -> Output {
     let mut child = cmd.spawn().expect("start the login shell");
     feed_stdin(&mut child, script.as_bytes());
     child.wait_with_output().unwrap()
@@ -111,16 +121,108 @@ fn without_an_argument_it_is_a_shell_only_where_shell_names_it() {
 fn su(etc: &PrivateEtc, user: &TestUser, args: &[&str], input: &str) -> Output {
     let mut all: Vec<&str> = args.to_vec();
     all.push(&user.name);
-    let mut child = etc
-        .command(Path::new("/bin/su"), &all)
-        .current_dir(&user.home)
+    session(su_command(etc, user, &all), input)
+}
+
+/// `su ARGS…` (the user named in them) in the private /etc.
+fn su_command(etc: &PrivateEtc, user: &TestUser, args: &[&str]) -> Command {
+    let mut c = etc.command(Path::new("/bin/su"), args);
+    c.current_dir(&user.home)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    feed_stdin(&mut child, input.as_bytes());
-    child.wait_with_output().unwrap()
+        .stderr(Stdio::piped());
+    c
+}
+
+/// `su [-] USER -- ARGS…` hands ARGS to the user's login shell, which must not take them as a
+/// command line of its own: the caller of `su` would choose every option (`--network full`, no
+/// `login.yaml`). Nothing runs; what a shell is given still works, and so does a launch inside
+/// the session (nesting narrows).
+#[test]
+fn su_cannot_hand_the_login_shell_a_command_line_of_its_own() {
+    assert!(is_root(), "making a user needs root");
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    etc.write(
+        "sandbox-launch/login.yaml",
+        "options: [--network, none]\n",
+        0o644,
+    );
+    let marker = user.home.join("widened");
+    let touch = format!("touch {}", marker.display());
+    for dash in [&[][..], &["-"][..]] {
+        let mut args: Vec<&str> = dash.to_vec();
+        args.extend([
+            user.name.as_str(),
+            "--",
+            "whole-process",
+            "--network",
+            "full",
+        ]);
+        args.extend(["--", "/bin/sh", "-c", &touch]);
+        let out = session(su_command(&etc, &user, &args), "");
+        assert_eq!(out.status.code(), Some(2), "su {args:?}: {}", explain(&out));
+        let err = integration::stderr(&out);
+        assert!(
+            err.contains("login shell") && err.contains("login.yaml"),
+            "su {args:?}: {}",
+            explain(&out)
+        );
+        assert!(
+            !marker.exists(),
+            "su {args:?} ran the caller's command line"
+        );
+    }
+    // Its allowed twins: `su USER -c`, `su - USER`, and inside the session a launch of the
+    // user's own, which narrows (its --network none on top of login.yaml's).
+    let probe = "echo in:$(hostname); grep Seccomp: /proc/self/status\n";
+    for args in [&["-c", probe][..], &["-"][..]] {
+        let out = su(&etc, &user, args, probe);
+        assert!(out.status.success(), "su {args:?}: {}", explain(&out));
+        assert!(
+            stdout(&out).contains("in:sandbox\nSeccomp:\t2"),
+            "su {args:?}: {}",
+            explain(&out)
+        );
+    }
+    let nested = format!(
+        "{} whole-process --network none -- /bin/sh -c 'echo nested:$(hostname); {touch}'",
+        launcher().display()
+    );
+    let out = su(&etc, &user, &["-", "-c", &nested], "");
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(stdout(&out).contains("nested:sandbox"), "{}", explain(&out));
+    assert!(marker.exists(), "the nested launch did not run");
+}
+
+#[test]
+fn a_login_shell_started_with_a_launchers_command_line_refuses_it() {
+    for caller in CALLERS {
+        let home = TempDir::new("login-args");
+        let marker = home.join("ran");
+        let touch = format!("touch {}", marker.display());
+        let args = [
+            "whole-process",
+            "--network",
+            "full",
+            "--",
+            "/bin/sh",
+            "-c",
+            &touch,
+        ];
+        let out = session(login_command(caller, &home.path, &args), "");
+        assert_eq!(out.status.code(), Some(2), "{caller:?}: {}", explain(&out));
+        assert!(
+            integration::stderr(&out).contains("started as a login shell"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        assert!(!marker.exists(), "{caller:?}: the command line ran");
+        // Its twin: a login's own `-c COMMAND` runs, inside.
+        let out = session(login_command(caller, &home.path, &["-c", &touch]), "");
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(marker.exists(), "{caller:?}: -c did not run");
+    }
 }
 
 #[test]

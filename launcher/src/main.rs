@@ -10,11 +10,11 @@ fn main() {
     let cli = match login::rewrite(&args) {
         Ok(Some(rewritten)) => cli::parse(&rewritten),
         Ok(None) => cli::parse(&args),
-        // A login whose configuration cannot be used: no shell at all, rather than one with
-        // another policy than the administrator's.
-        Err(e) => {
-            sandbox_launch::say!("sandbox-launch: login: {e:#}");
-            std::process::exit(shim::channel::Step::Policy.exit_code());
+        // A login shell given another command line, or whose configuration cannot be used: no
+        // shell at all, rather than one with another policy than the administrator's.
+        Err(refused) => {
+            sandbox_launch::say!("sandbox-launch: login: {refused}");
+            std::process::exit(refused.exit_code());
         }
     };
     let code = match cli.command {

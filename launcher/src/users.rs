@@ -53,6 +53,16 @@ pub fn lookup_group(name: &str) -> Result<u32> {
     )
 }
 
+/// The home and the login shell of `uid`, as a login reads them: /etc/passwd, then (in a
+/// dynamically linked launcher) NSS.
+pub fn home_and_shell(uid: u32) -> Option<(String, String)> {
+    // name:password:uid:gid:gecos:home:shell
+    read("/etc/passwd")
+        .and_then(|t| entry_by(&t, 2, &uid.to_string()))
+        .and_then(|f| Some((f.get(5)?.clone(), f.get(6)?.clone())))
+        .or_else(|| nss::home_and_shell(uid))
+}
+
 /// The uid that unprivileged defaults to: `nobody`, else 65534 (an image without /etc/passwd).
 pub fn default_user() -> (u32, Option<String>) {
     lookup_user("nobody").unwrap_or((65534, None))
@@ -122,6 +132,21 @@ mod nss {
         Some((uid, Some(dir)))
     }
 
+    pub fn home_and_shell(uid: u32) -> Option<(String, String)> {
+        // SAFETY: as in `user`.
+        let pw = unsafe { libc::getpwuid(uid) };
+        if pw.is_null() {
+            return None;
+        }
+        // SAFETY: pw is non-null and points to a valid passwd entry.
+        let (dir, shell) =
+            unsafe { (CStr::from_ptr((*pw).pw_dir), CStr::from_ptr((*pw).pw_shell)) };
+        Some((
+            dir.to_string_lossy().into_owned(),
+            shell.to_string_lossy().into_owned(),
+        ))
+    }
+
     pub fn group(name: &str) -> Option<u32> {
         let c = CString::new(name).ok()?;
         // SAFETY: as in `user`.
@@ -137,6 +162,10 @@ mod nss {
     pub const SUFFIX: &str = " (this statically linked build does not ask NSS)";
 
     pub fn user(_name: &str) -> Option<(u32, Option<String>)> {
+        None
+    }
+
+    pub fn home_and_shell(_uid: u32) -> Option<(String, String)> {
         None
     }
 
@@ -174,6 +203,9 @@ mod tests {
             }
         }
         assert_eq!(lookup_group("0").unwrap(), 0);
+        let (home, shell) = home_and_shell(0).unwrap();
+        assert_eq!(home, "/root");
+        assert!(shell.starts_with('/'), "{shell}");
     }
 
     #[test]

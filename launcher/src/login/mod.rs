@@ -12,12 +12,17 @@
 //! and the same sandbox apply, plus what `/etc/sandbox-launch/login.yaml` says (see `config`).
 //! Inside, `$SHELL` is the real shell — never this program, which tmux, script and editors
 //! would otherwise start for every new shell.
+//!
+//! A login shell takes nothing else: started as a login (`argv[0]` with a dash) or by a
+//! non-root user whose passwd shell is this program, outside any sandbox, any other command
+//! line is refused. `su USER -- ARGS…` hands ARGS to the user's shell, and an ordinary launch
+//! with them would let the caller of `su` choose every option (`--network full`, binds) instead
+//! of `login.yaml`. Inside a sandbox a launch only narrows (nesting), so it stays free there.
 
 pub mod config;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-use anyhow::Result;
 
 pub use config::LoginConfig;
 
@@ -91,15 +96,94 @@ fn command_line(inv: &Invocation, config: &LoginConfig) -> Vec<String> {
     v
 }
 
+/// Why a shell's start is refused; nothing runs.
+#[derive(Debug)]
+pub enum Refused {
+    /// A login shell given a command line that is not a shell's.
+    Arguments(String),
+    /// `login.yaml` exists but cannot be used.
+    Config(anyhow::Error),
+}
+
+impl Refused {
+    /// A command line is refused as a bad one (2); a configuration as a policy (111).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Refused::Arguments(_) => 2,
+            Refused::Config(_) => shim::channel::Step::Policy.exit_code(),
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Arguments(why) => f.write_str(why),
+            Refused::Config(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+/// Whether `path` is this executable: the same file as `/proc/self/exe` (device and inode, so
+/// a symlink or a hard link to it counts).
+pub fn is_this_program(path: &Path) -> bool {
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match (id(path), id(Path::new("/proc/self/exe"))) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Why this process is a login shell outside any sandbox, if it is: started as a login, or
+/// run by a non-root user whose passwd shell is this program. Inside a sandbox, whatever
+/// starts the launcher only narrows the sandbox it is in.
+fn bound_to_login(argv0: &str) -> Option<String> {
+    let why = if argv0.starts_with('-') {
+        format!("it was started as a login shell (argv[0] {argv0:?})")
+    } else {
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let (_, shell) = crate::users::home_and_shell(uid).filter(|_| uid != 0)?;
+        if !is_this_program(Path::new(&shell)) {
+            return None;
+        }
+        format!("the login shell of this user (uid {uid}) is sandbox-launch ({shell})")
+    };
+    (!crate::nest::detect()).then_some(why)
+}
+
+/// A login shell's command line that is not a shell's: what it is refused with.
+fn refusal(why: &str, args: &[String]) -> Refused {
+    Refused::Arguments(format!(
+        "refused {:?}: {why}, so its policy is {}'s, and arguments cannot choose another; a \
+         login shell takes no argument or `-c COMMAND [ARGS…]` (`su USER -c COMMAND`, not \
+         `su USER -- ARGS…`)",
+        args.get(1..).unwrap_or_default(),
+        config::PATH
+    ))
+}
+
 /// The command line to parse instead of `args` when started as a shell; `None` otherwise.
-/// Errors: `login.yaml` exists but cannot be used.
-pub fn rewrite(args: &[String]) -> Result<Option<Vec<String>>> {
+/// Refused: a login shell's command line that is not a shell's, or a `login.yaml` that exists
+/// but cannot be used.
+pub fn rewrite(args: &[String]) -> Result<Option<Vec<String>>, Refused> {
     let shell_var = std::env::var_os("SHELL").map(PathBuf::from);
     let me = std::fs::read_link("/proc/self/exe").ok();
-    let Some(inv) = invocation(args, shell_var.as_deref(), me.as_deref()) else {
-        return Ok(None);
+    let inv = match invocation(args, shell_var.as_deref(), me.as_deref()) {
+        Some(inv) => inv,
+        None => {
+            let argv0 = args.first().map(String::as_str).unwrap_or_default();
+            let Some(why) = bound_to_login(argv0) else {
+                return Ok(None);
+            };
+            if args.len() > 1 {
+                return Err(refusal(&why, args));
+            }
+            // No argument, whatever `$SHELL` says: this user's shell, interactive.
+            Invocation::Interactive
+        }
     };
-    let config = LoginConfig::load(Path::new(config::PATH))?;
+    let config = LoginConfig::load(Path::new(config::PATH)).map_err(Refused::Config)?;
     Ok(Some(command_line(&inv, &config)))
 }
 
@@ -198,6 +282,21 @@ mod tests {
             None
         );
         assert_eq!(invocation(&args, None, Some(&me)), None);
+    }
+
+    #[test]
+    fn a_login_shells_other_command_lines_are_refused_as_bad_ones_naming_login_yaml() {
+        let r = refusal(
+            "it was started as a login shell",
+            &v(&["-sandbox-launch", "whole-process", "--network", "full"]),
+        );
+        assert_eq!(r.exit_code(), 2);
+        let text = r.to_string();
+        assert!(
+            text.contains("--network") && text.contains(config::PATH),
+            "{text}"
+        );
+        assert_eq!(Refused::Config(anyhow::anyhow!("x")).exit_code(), 111);
     }
 
     #[test]
