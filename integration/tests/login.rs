@@ -99,7 +99,6 @@ fn without_an_argument_it_is_a_shell_only_where_shell_names_it() {
             .current_dir(&home.path)
             .env("HOME", &home.path)
             .env("SHELL", shell_var)
-            .env("SANDBOX_LAUNCH_SHELL", "/bin/sh")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -193,6 +192,78 @@ fn su_cannot_hand_the_login_shell_a_command_line_of_its_own() {
     assert!(out.status.success(), "{}", explain(&out));
     assert!(stdout(&out).contains("nested:sandbox"), "{}", explain(&out));
     assert!(marker.exists(), "the nested launch did not run");
+}
+
+/// A user-level policy that would widen what a login gets (a grant: a variable set inside).
+const WIDENING: &str = "version: 1\nenvironment:\n  set: {CALLERS: widened}\n";
+
+/// `su USER` without `-` keeps the caller's environment: the login must take no configuration
+/// from it (`XDG_CONFIG_HOME` naming the caller's policy directory, `SANDBOX_LAUNCH_SHELL`),
+/// and read the user's own, in the passwd home's `.config`.
+#[test]
+fn su_keeps_the_callers_environment_but_the_login_reads_none_of_its_configuration() {
+    assert!(is_root(), "making a user needs root");
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    let callers = TempDir::new("su-xdg");
+    callers.write("sandbox-launch/policy.yaml", WIDENING);
+    let own = user.home.join(".config/sandbox-launch");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(
+        own.join("policy.yaml"),
+        "version: 1\nenvironment:\n  set: {OWN: read}\n",
+    )
+    .unwrap();
+    user.own(&user.home.join(".config"));
+    let probe = "echo SHELL=$SHELL CALLERS=${CALLERS-none} OWN=${OWN-none}";
+    let mut c = su_command(&etc, &user, &[&user.name, "-c", probe]);
+    c.env("XDG_CONFIG_HOME", &callers.path)
+        .env("SANDBOX_LAUNCH_SHELL", "/bin/sh");
+    let out = session(c, "");
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(
+        stdout(&out).contains("SHELL=/bin/bash CALLERS=none OWN=read\n"),
+        "{}",
+        explain(&out)
+    );
+}
+
+#[test]
+fn a_login_takes_no_configuration_directory_from_its_environment() {
+    for caller in CALLERS {
+        let home = TempDir::new("login-xdg");
+        let callers = TempDir::new("login-xdg-config");
+        callers.write("sandbox-launch/policy.yaml", WIDENING);
+        let mut c = login_command(caller, &home.path, &[]);
+        c.env("XDG_CONFIG_HOME", &callers.path);
+        let out = session(c, "echo CALLERS=${CALLERS-none}\n");
+        assert!(out.status.success(), "{caller:?}: {}", explain(&out));
+        assert!(
+            stdout(&out).contains("CALLERS=none\n"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        // Its twin: an ordinary launch takes the same directory as the user's.
+        let out = integration::command(
+            caller,
+            &home.path,
+            &[
+                "whole-process",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo CALLERS=${CALLERS-none}",
+            ],
+        )
+        .env("XDG_CONFIG_HOME", &callers.path)
+        .output()
+        .unwrap();
+        assert!(
+            stdout(&out).contains("CALLERS=widened\n"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+    }
 }
 
 #[test]

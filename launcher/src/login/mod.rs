@@ -58,13 +58,11 @@ fn invocation(args: &[String], shell_var: Option<&Path>, me: Option<&Path>) -> O
     }
 }
 
-/// The real shell: login.yaml's `shell`, else `$SANDBOX_LAUNCH_SHELL`, else bash, else sh.
+/// The real shell: login.yaml's `shell`, else bash, else sh. Never from the environment, which
+/// is the caller's under `su` (see `forget_the_callers_configuration`).
 fn real_shell(config: &LoginConfig) -> PathBuf {
     if let Some(s) = &config.shell {
         return s.clone();
-    }
-    if let Some(s) = std::env::var_os("SANDBOX_LAUNCH_SHELL") {
-        return s.into();
     }
     if Path::new("/bin/bash").exists() {
         "/bin/bash".into()
@@ -183,8 +181,30 @@ pub fn rewrite(args: &[String]) -> Result<Option<Vec<String>>, Refused> {
             Invocation::Interactive
         }
     };
+    forget_the_callers_configuration();
     let config = LoginConfig::load(Path::new(config::PATH)).map_err(Refused::Config)?;
     Ok(Some(command_line(&inv, &config)))
+}
+
+/// A login takes no configuration from its environment, which `su` without `-` keeps from
+/// its caller: `XDG_CONFIG_HOME` would pick the user-level policy directory (a caller's
+/// directory widening the login's policy), `SANDBOX_LAUNCH_*` the launcher's own settings. Both
+/// are dropped from this process's environment before anything reads it (so they do not cross
+/// into the sandbox either), and the user's configuration is the passwd home's `.config`.
+/// Called by `main` first thing, while the process has one thread.
+fn forget_the_callers_configuration() {
+    use std::os::unix::ffi::OsStrExt;
+    for (name, _) in std::env::vars_os() {
+        if name.as_bytes().starts_with(b"SANDBOX_LAUNCH") {
+            std::env::remove_var(&name);
+        }
+    }
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    match crate::users::home_and_shell(uid).filter(|(home, _)| home.starts_with('/')) {
+        Some((home, _)) => std::env::set_var("XDG_CONFIG_HOME", Path::new(&home).join(".config")),
+        None => std::env::remove_var("XDG_CONFIG_HOME"),
+    }
 }
 
 #[cfg(test)]
