@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use integration::login::{PrivateEtc, Sshd, TestUser};
 use integration::{
-    explain, feed_stdin, is_root, launcher, stdout, Caller, TempDir, CALLERS, NOBODY,
+    doctor_check, explain, feed_stdin, is_root, launcher, stdout, Caller, TempDir, CALLERS, NOBODY,
 };
 
 /// The launcher started as a login does (`argv[0]` is `-sandbox-launch`, then `args`) with
@@ -360,6 +360,81 @@ fn login_yaml_names_the_shell_and_the_policy_and_a_loose_one_stops_the_login() {
         explain(&out)
     );
     assert!(!user.home.join("ran").exists());
+}
+
+/// `doctor --json` as `caller`, in the private /etc.
+fn doctor_in(etc: &PrivateEtc, caller: Caller, cwd: &Path) -> Output {
+    let me = launcher().to_str().unwrap();
+    let mut c = if caller == Caller::Unprivileged {
+        let id = NOBODY.to_string();
+        etc.command(
+            Path::new("/usr/bin/setpriv"),
+            &[
+                "--reuid",
+                &id,
+                "--regid",
+                &id,
+                "--clear-groups",
+                "--",
+                me,
+                "doctor",
+                "--json",
+            ],
+        )
+    } else {
+        etc.command(launcher(), &["doctor", "--json"])
+    };
+    c.current_dir(cwd).output().unwrap()
+}
+
+/// util-linux `su` honours `-s SHELL`, `-m` and `-p` when the target's shell is in
+/// `/etc/shells`, running a shell of the caller's choosing with no sandbox: the launcher cannot
+/// stop that, so a login warns when `/etc/shells` lists it, and so does `doctor`.
+#[test]
+fn a_login_and_doctor_warn_when_etc_shells_lists_the_launcher() {
+    assert!(is_root(), "making a user needs root");
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    let work = TempDir::new("shells-doctor");
+    let warning = "/etc/shells lists this program";
+    // Unlisted: no warning.
+    let out = su(&etc, &user, &["-", "-c", "echo ran"], "");
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(
+        !integration::stderr(&out).contains(warning),
+        "{}",
+        explain(&out)
+    );
+    for caller in CALLERS {
+        let doc = doctor_in(&etc, caller, &work.path);
+        assert_eq!(
+            doctor_check(&doc, "/etc/shells")["status"],
+            "ok",
+            "{caller:?}"
+        );
+    }
+    // Listed: the login runs, and says what the listing opens.
+    let hosts = std::fs::read_to_string("/etc/shells").unwrap_or_default();
+    let listed = format!("{hosts}\n{}\n", launcher().display());
+    etc.write("shells", &listed, 0o644);
+    let out = su(&etc, &user, &["-", "-c", "echo ran"], "");
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(stdout(&out).contains("ran"), "{}", explain(&out));
+    let err = integration::stderr(&out);
+    assert!(
+        err.contains(warning) && err.contains("su -s"),
+        "{}",
+        explain(&out)
+    );
+    for caller in CALLERS {
+        let doc = doctor_in(&etc, caller, &work.path);
+        let check = doctor_check(&doc, "/etc/shells");
+        assert_eq!(check["status"], "warn", "{caller:?}: {check}");
+        assert!(
+            check["fix"].as_str().unwrap().contains("remove"),
+            "{caller:?}: {check}"
+        );
+    }
 }
 
 /// Run a client command to completion (at most a minute), stdin from `input`.

@@ -72,9 +72,34 @@ pub fn probe(args: &SandboxArgs) -> Report {
     checks.push(namespaces::overlayfs());
     checks.push(kernel::cgroup2());
     checks.extend(crate::limits::doctor::checks());
+    checks.push(etc_shells());
     checks.push(launch::launch(args));
     let ok = checks.iter().all(|c| c.status != Status::Fail);
     Report { ok, checks }
+}
+
+/// Whether `/etc/shells` lists this program, which lets `su -s`, `-m` and `-p` step around a
+/// login shell's sandbox (see `login::shells`).
+fn etc_shells() -> Check {
+    use crate::login::shells;
+    match shells::listing_this_program() {
+        Some(line) => check(
+            "/etc/shells",
+            Status::Warn,
+            shells::warning(&line),
+            Some(&format!(
+                "remove {} from {}",
+                line.display(),
+                shells::SHELLS
+            )),
+        ),
+        None => check(
+            "/etc/shells",
+            Status::Ok,
+            format!("{} does not list this program", shells::SHELLS),
+            None,
+        ),
+    }
 }
 
 /// Print the report; the exit code is 0 only when whole-process mode can run here.

@@ -20,6 +20,7 @@
 //! of `login.yaml`. Inside a sandbox a launch only narrows (nesting), so it stays free there.
 
 pub mod config;
+pub mod shells;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -182,6 +183,9 @@ pub fn rewrite(args: &[String]) -> Result<Option<Vec<String>>, Refused> {
         }
     };
     forget_the_callers_configuration();
+    if let Some(line) = shells::listing_this_program() {
+        crate::say!("sandbox-launch: warning: {}", shells::warning(&line));
+    }
     let config = LoginConfig::load(Path::new(config::PATH)).map_err(Refused::Config)?;
     Ok(Some(command_line(&inv, &config)))
 }
