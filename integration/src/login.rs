@@ -144,7 +144,9 @@ pub fn free_port() -> u16 {
 }
 
 /// An sshd on 127.0.0.1, with a host key and a client key of its own, letting only `user` in
-/// with that key. Its configuration is the README's recipe plus `extra` lines.
+/// with that key. Its configuration is laid out as Debian's: the README's recipe for `user` as
+/// a drop-in included first (less the settings named in `without`), then the server's own
+/// lines and the external sftp server.
 pub struct Sshd {
     pub port: u16,
     pub dir: TempDir,
@@ -152,7 +154,7 @@ pub struct Sshd {
 }
 
 impl Sshd {
-    pub fn start(etc: &PrivateEtc, user: &TestUser, extra: &[&str]) -> Sshd {
+    pub fn start(etc: &PrivateEtc, user: &TestUser, without: &[&str]) -> Sshd {
         let dir = TempDir::new("sshd");
         let status = Command::new("chown")
             .args(["0:0"])
@@ -162,12 +164,7 @@ impl Sshd {
         assert!(status.success());
         std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o700)).unwrap();
         for key in ["host", "client"] {
-            let status = Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-C", key, "-f"])
-                .arg(dir.join(key))
-                .status()
-                .expect("ssh-keygen");
-            assert!(status.success());
+            keygen(&dir.join(key));
         }
         let ssh_dir = user.home.join(".ssh");
         std::fs::create_dir_all(&ssh_dir).unwrap();
@@ -175,19 +172,17 @@ impl Sshd {
         user.own(&ssh_dir);
         std::fs::set_permissions(&ssh_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         let port = free_port();
-        let mut config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile none\nUsePAM no\n\
-             AuthorizedKeysFile .ssh/authorized_keys\nPasswordAuthentication no\n\
+        let dropin = dir.join("sandbox-launch.conf");
+        std::fs::write(&dropin, recipe_for(&user.name, without)).unwrap();
+        let config = format!(
+            "Include {}\nPort {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile none\n\
+             UsePAM no\nAuthorizedKeysFile .ssh/authorized_keys\nPasswordAuthentication no\n\
              KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nAllowUsers {}\n\
-             PrintMotd no\nPrintLastLog no\nLogLevel ERROR\n",
+             PrintMotd no\nPrintLastLog no\nLogLevel ERROR\n{SFTP}\n",
+            dropin.display(),
             dir.join("host").display(),
             user.name
         );
-        for line in extra {
-            config.push_str(line);
-            config.push('\n');
-        }
-        config.push_str(RECIPE);
         let cfg = dir.join("sshd_config");
         std::fs::write(&cfg, config).unwrap();
         let child = etc
@@ -267,7 +262,55 @@ impl Drop for Sshd {
     }
 }
 
-/// The settings of the README's sshd recipe (each required: see the README).
-pub const RECIPE: &str = "AllowTcpForwarding no\nAllowStreamLocalForwarding no\n\
-X11Forwarding no\nPermitTunnel no\nAllowAgentForwarding no\nPermitUserEnvironment no\n\
-Subsystem sftp /usr/lib/openssh/sftp-server\n";
+/// A new ed25519 key pair at `path` and `path.pub`.
+pub fn keygen(path: &Path) {
+    let status = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "sandbox-launch-test",
+            "-f",
+        ])
+        .arg(path)
+        .status()
+        .expect("ssh-keygen");
+    assert!(status.success());
+}
+
+/// The external sftp server, as Debian's `sshd_config` declares it.
+pub const SFTP: &str = "Subsystem sftp /usr/lib/openssh/sftp-server";
+
+/// The README's sshd drop-in, exactly as written there (the fenced block that starts with its
+/// file name), so that the tests check what an administrator pastes.
+pub fn readme_recipe() -> String {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let text = std::fs::read_to_string(&readme).expect("read README.md");
+    let start = text
+        .find("```\n# /etc/ssh/sshd_config.d/sandbox-launch.conf\n")
+        .expect("README.md has the sshd recipe block")
+        + "```\n".len();
+    let len = text[start..].find("```\n").expect("the recipe block ends");
+    text[start..start + len].to_string()
+}
+
+/// The README's recipe for `user` (its `Match User agent` line naming them), less the
+/// settings named in `without`.
+pub fn recipe_for(user: &str, without: &[&str]) -> String {
+    let recipe = readme_recipe();
+    assert!(recipe.contains("\nMatch User agent "), "{recipe}");
+    let recipe = recipe.replace("\nMatch User agent ", &format!("\nMatch User {user} "));
+    let kept: Vec<&str> = recipe
+        .lines()
+        .filter(|l| !without.contains(&l.split_whitespace().next().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        recipe.lines().count() - kept.len(),
+        without.len(),
+        "{without:?} in {recipe}"
+    );
+    kept.join("\n") + "\n"
+}

@@ -629,8 +629,67 @@ fn the_recipe_keeps_sshd_from_forwarding_past_the_sandbox_and_its_twin_shows_why
         "AllowTcpForwarding no let ssh -L through"
     );
     drop(recipe);
-    // Without the setting, sshd itself dials the host's loopback for the client: outside the
+    // Without the setting (the recipe less its line), sshd itself dials the host's loopback for the client: outside the
     // sandbox's network, whatever the sandbox allows.
-    let open = Sshd::start(&etc, &user, &["AllowTcpForwarding yes"]);
+    let open = Sshd::start(&etc, &user, &["AllowTcpForwarding"]);
     assert!(forward_reaches(&open, &user, &server));
+}
+
+/// The README's sshd drop-in, pasted as written where Debian's `sshd_config` includes its
+/// drop-ins (first), is accepted by this sshd (`sshd -t`), and gives the sandboxed user, and
+/// only them, every setting it says is required, with the external sftp server.
+#[test]
+fn the_readmes_sshd_recipe_is_accepted_as_a_drop_in_and_applies_to_its_user() {
+    assert!(
+        is_root(),
+        "sshd -t needs root (its privilege-separation directory)"
+    );
+    let etc = PrivateEtc::new();
+    let dir = TempDir::new("sshd-recipe");
+    let dropin = dir.join("sandbox-launch.conf");
+    std::fs::write(&dropin, integration::login::readme_recipe()).unwrap();
+    integration::login::keygen(&dir.join("host"));
+    // Debian 12's default sshd_config, less its comments, with a host key of the test's.
+    let config = format!(
+        "Include {}\nHostKey {}\nKbdInteractiveAuthentication no\nUsePAM yes\n\
+         X11Forwarding yes\nPrintMotd no\nAcceptEnv LANG LC_*\n{}\n",
+        dropin.display(),
+        dir.join("host").display(),
+        integration::login::SFTP
+    );
+    let cfg = dir.join("sshd_config");
+    std::fs::write(&cfg, config).unwrap();
+    let sshd = |args: &[&str]| {
+        let mut all = vec!["-f", cfg.to_str().unwrap()];
+        all.extend_from_slice(args);
+        etc.command(Path::new("/usr/sbin/sshd"), &all)
+            .output()
+            .unwrap()
+    };
+    let out = sshd(&["-t"]);
+    assert!(out.status.success(), "sshd -t: {}", explain(&out));
+    let effective = |user: &str| {
+        let out = sshd(&[
+            "-T",
+            "-C",
+            &format!("user={user},host=localhost,addr=127.0.0.1"),
+        ]);
+        assert!(out.status.success(), "sshd -T: {}", explain(&out));
+        stdout(&out)
+    };
+    let agent = effective("agent");
+    for line in [
+        "allowtcpforwarding no",
+        "allowstreamlocalforwarding no",
+        "x11forwarding no",
+        "permittunnel no",
+        "allowagentforwarding no",
+        "permituserenvironment no",
+        "subsystem sftp /usr/lib/openssh/sftp-server",
+    ] {
+        assert!(agent.lines().any(|l| l == line), "{line}: {agent}");
+    }
+    // Another user keeps the server's own settings: the Match block ends with the drop-in.
+    let other = effective("someone-else");
+    assert!(other.lines().any(|l| l == "x11forwarding yes"), "{other}");
 }
