@@ -5,7 +5,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use integration::{command, explain, stderr, stdout, Caller, TempDir, CALLERS};
 
@@ -29,6 +30,12 @@ fn home(tag: &str) -> TempDir {
 /// writable (else the sandbox user's): then it is made so, and its protections must hold all
 /// the same.
 fn launch(caller: Caller, work: &Path, home: &Path, bin: &Path, argv: &[&str]) -> Output {
+    launch_command(caller, work, home, bin, argv)
+        .output()
+        .expect("run sandbox-launch")
+}
+
+fn launch_command(caller: Caller, work: &Path, home: &Path, bin: &Path, argv: &[&str]) -> Command {
     let home_arg = home.display().to_string();
     let mut args = vec!["whole-process"];
     if caller == Caller::Invoker && integration::is_root() {
@@ -36,14 +43,32 @@ fn launch(caller: Caller, work: &Path, home: &Path, bin: &Path, argv: &[&str]) -
     }
     args.push("--");
     args.extend_from_slice(argv);
-    command(caller, work, &args)
-        .env("HOME", home)
-        .env(
-            "PATH",
-            format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
-        )
-        .output()
-        .expect("run sandbox-launch")
+    let mut cmd = command(caller, work, &args);
+    cmd.env("HOME", home).env(
+        "PATH",
+        format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+    );
+    cmd
+}
+
+/// Run `cmd`; the test fails when it has not ended after `limit` (a launcher left waiting
+/// forever by what the program inside made).
+fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sandbox-launch");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("sandbox-launch had not ended {limit:?} after it started");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().expect("collect output")
 }
 
 #[test]
@@ -184,6 +209,100 @@ fn claude_json_keeps_the_state_written_inside_and_drops_the_commands() {
         assert!(
             err.contains("were not kept") && err.contains("mcpServers"),
             "{caller:?}: {}",
+            explain(&out)
+        );
+    }
+}
+
+/// The copy of `~/.claude.json` is the sandbox's, and a launcher started as root reads it back:
+/// a symlink the program puts there (to a file only root may read) or a FIFO (which would keep
+/// the launcher waiting forever) is not read, nothing of it reaches the host's file, and the
+/// next launch's copy replaces it without writing through it. The twin: a regular file
+/// written there is merged back.
+#[test]
+fn a_claude_json_copy_planted_as_a_symlink_or_a_fifo_is_not_read_back() {
+    for caller in CALLERS {
+        let work = TempDir::new_in("/var/tmp", "claudecopy-work");
+        let home = home("claudecopy-home");
+        // A file the program inside cannot read: the invoker's (root's, as root), 0600.
+        let secret_dir = TempDir::new_in("/var/tmp", "claudecopy-secret");
+        let secret = secret_dir.join("secret.json");
+        std::fs::write(&secret, "{\"leaked\": \"s3cr3t\"}\n").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let host_before = std::fs::read_to_string(home.join(".claude.json")).unwrap();
+        let plants = [
+            (
+                "a FIFO",
+                "rm -f ~/.claude/.claude.json && mkfifo ~/.claude/.claude.json".to_string(),
+            ),
+            (
+                "a symlink",
+                format!("ln -sf {} ~/.claude/.claude.json", secret.display()),
+            ),
+        ];
+        for (what, plant) in plants {
+            let script = format!("{plant} && echo planted");
+            let cmd = launch_command(
+                caller,
+                &work.path,
+                &home.path,
+                Path::new("/nonexistent"),
+                &["/bin/sh", "-c", &script],
+            );
+            let out = output_within(cmd, Duration::from_secs(60));
+            assert!(
+                stdout(&out).contains("planted"),
+                "{caller:?}: {what}: {}",
+                explain(&out)
+            );
+            let host = std::fs::read_to_string(home.join(".claude.json")).unwrap();
+            assert_eq!(
+                host,
+                host_before,
+                "{caller:?}: {what} reached the host's file: {}",
+                explain(&out)
+            );
+            let err = stderr(&out);
+            assert!(
+                err.contains(what) && err.contains("nothing merged back"),
+                "{caller:?}: {what}: {}",
+                explain(&out)
+            );
+        }
+        // The next launch made its copy in place of the symlink (not through it), and the
+        // secret is as it was.
+        assert_eq!(
+            std::fs::read_to_string(&secret).unwrap(),
+            "{\"leaked\": \"s3cr3t\"}\n",
+            "{caller:?}"
+        );
+        // The twin: what Claude Code does (a new file renamed over the copy) is merged back.
+        let out = launch(
+            caller,
+            &work.path,
+            &home.path,
+            Path::new("/nonexistent"),
+            &[
+                "/bin/sh",
+                "-c",
+                "test -f ~/.claude/.claude.json && ! test -L ~/.claude/.claude.json && printf '{\"numStartups\": 7, \"mcpServers\": \
+                 {\"mine\": {\"command\": \"my-server\"}}, \"projects\": {}}' > \
+                 ~/.claude/.claude.json.tmp && mv ~/.claude/.claude.json.tmp \
+                 ~/.claude/.claude.json && echo wrote",
+            ],
+        );
+        assert!(
+            stdout(&out).contains("wrote"),
+            "{caller:?}: {}",
+            explain(&out)
+        );
+        let merged: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(home.join(".claude.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            merged["numStartups"],
+            7,
+            "{caller:?}: {merged}: {}",
             explain(&out)
         );
     }

@@ -549,7 +549,7 @@ fn agent_state(
     if policy.filesystem.mode != FsMode::HostReadable {
         return Default::default();
     }
-    let state = persistence::agents::plan(
+    let mut state = persistence::agents::plan(
         home,
         &|v| std::env::var(v).ok(),
         program.map(String::as_str).unwrap_or_default(),
@@ -568,7 +568,7 @@ fn agent_state(
             .read_write
             .push(Sourced::new(d.clone(), Source::Default));
     }
-    if let Some(c) = &state.claude {
+    if let Some(c) = &mut state.claude {
         if let Err(e) = c.seed() {
             warnings.push(format!(
                 "{}: cannot make the sandbox's copy ({e}); Claude Code keeps no state of \

@@ -13,9 +13,21 @@
 //! When the sandbox ends the copy is merged back into `~/.claude.json` with every
 //! command-bearing key taken from the host's current file: the state the agent wrote is kept,
 //! a command it added never reaches the host, and each dropped change is reported.
+//!
+//! The copy and its directory are the sandbox's, and a launcher started as root acts on them:
+//! both are reached without following a symlink (from a descriptor of the state directory,
+//! which must be the one the launch began with), and only a regular file of at most
+//! [`COPY_LIMIT`] bytes with one name is read back — not a symlink to a file only root may
+//! read, a FIFO that never ends, or a hard link.
 
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{FileStat, Mode, SFlag};
 
 use serde_json::{Map, Value};
 use shim::spec::ProtectRule;
@@ -42,13 +54,20 @@ const PROJECT_COMMAND_KEYS: &[&str] = &[
     "mcpContextUris",
 ];
 
+/// The most of the sandbox's copy of `~/.claude.json` merged back (Claude Code's own file is
+/// well under a megabyte, even after long use).
+pub const COPY_LIMIT: u64 = 16 << 20;
+
 /// The copy of `~/.claude.json` the sandbox's Claude Code works on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaudeCopy {
     /// The host's file.
     pub host: PathBuf,
-    /// The sandbox's copy (in the state directory).
+    /// The sandbox's copy (in the state directory, canonical as it was at launch).
     pub copy: PathBuf,
+    /// The state directory's device and inode, when [`ClaudeCopy::seed`] opened it: what is
+    /// merged back must come from that directory.
+    pub dir_id: Option<(u64, u64)>,
 }
 
 /// What the launch does for the agents.
@@ -123,9 +142,13 @@ pub fn plan(
             out.moved.push((dir.clone(), default));
         }
         if *name == "claude" && moved.is_none() {
+            // Where the host's own symlink (a stow-managed `~/.claude`) leads at launch: the
+            // copy is reached from there without following any link.
+            let canonical = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
             out.claude = Some(ClaudeCopy {
                 host: home.join(".claude.json"),
-                copy: dir.join(".claude.json"),
+                copy: canonical.join(".claude.json"),
+                dir_id: None,
             });
             out.env
                 .push(("CLAUDE_CONFIG_DIR".into(), dir.display().to_string()));
@@ -178,13 +201,8 @@ fn own_like(path: &Path, like: &Path) {
 /// Write `bytes` to `path` atomically (a temporary file next to it, renamed over it), with
 /// `mode`.
 fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_file_name(format!(
-        ".{}.sandbox-launch-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
+    let tmp = path.with_file_name(temporary_name(path));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -198,13 +216,101 @@ fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The name of the temporary file [`replace`] writes next to `path`.
+fn temporary_name(path: &Path) -> String {
+    format!(
+        ".{}.sandbox-launch-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    )
+}
+
+/// Open `dir`, a directory the sandbox may write in (or may have written in an earlier run),
+/// without following a symlink in its place.
+fn open_state_dir(dir: &Path) -> nix::Result<OwnedFd> {
+    nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+fn identity(st: &FileStat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
+}
+
+fn is_regular(st: &FileStat) -> bool {
+    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
+}
+
+/// What a file that is not a regular one is, in words.
+fn kind_of(st: &FileStat) -> &'static str {
+    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFIFO => "a FIFO",
+        SFlag::S_IFCHR | SFlag::S_IFBLK => "a device",
+        SFlag::S_IFSOCK => "a socket",
+        SFlag::S_IFLNK => "a symlink",
+        _ => "not a regular file",
+    }
+}
+
+/// Write `bytes` as `name` in the directory `dir` atomically, nothing followed: a temporary
+/// file created there (a stale one the sandbox left in its place removed first), renamed over
+/// `name` (which replaces a symlink there, never writes through it).
+fn replace_at(
+    dir: &OwnedFd,
+    name: &Path,
+    bytes: &[u8],
+    owner: Option<(u32, u32)>,
+) -> std::io::Result<()> {
+    let tmp = temporary_name(name);
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mode = Mode::from_bits_truncate(0o600);
+    let fd = match nix::fcntl::openat(dir, tmp.as_str(), flags, mode) {
+        Err(Errno::EEXIST) => {
+            nix::unistd::unlinkat(dir, tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir)?;
+            nix::fcntl::openat(dir, tmp.as_str(), flags, mode)?
+        }
+        other => other?,
+    };
+    let mut f = std::fs::File::from(fd);
+    let written = (|| -> std::io::Result<()> {
+        if let Some((uid, gid)) = owner {
+            nix::unistd::fchown(&f, Some(uid.into()), Some(gid.into()))?;
+        }
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        Ok(nix::fcntl::renameat(dir, tmp.as_str(), dir, name)?)
+    })();
+    if written.is_err() {
+        let _ = nix::unistd::unlinkat(dir, tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+    }
+    written
+}
+
+/// Started as root, the owner the launcher gives what it makes for the agent: the home's.
+fn owner_like(like: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    std::fs::metadata(like).ok().map(|m| (m.uid(), m.gid()))
+}
+
 impl ClaudeCopy {
-    /// At launch: the copy starts as the host's file (nothing when there is none).
-    pub fn seed(&self) -> std::io::Result<()> {
+    /// At launch: the copy starts as the host's file (nothing when there is none). The state
+    /// directory is opened without following a symlink, and remembered.
+    pub fn seed(&mut self) -> std::io::Result<()> {
+        let (dir, name) = self.dir_and_name()?;
+        let name = name.to_path_buf();
+        let dir_fd = open_state_dir(dir).map_err(|e| self.dir_error(e))?;
+        self.dir_id = Some(identity(&nix::sys::stat::fstat(&dir_fd)?));
         match std::fs::read(&self.host) {
             Ok(bytes) => {
-                replace(&self.copy, &bytes, 0o600)?;
-                own_like(&self.copy, &self.host);
+                replace_at(&dir_fd, &name, &bytes, owner_like(&self.host))?;
                 Ok(())
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -212,13 +318,99 @@ impl ClaudeCopy {
         }
     }
 
+    fn dir_and_name(&self) -> std::io::Result<(&Path, &Path)> {
+        match (self.copy.parent(), self.copy.file_name()) {
+            (Some(dir), Some(name)) => Ok((dir, Path::new(name))),
+            _ => Err(std::io::Error::other("no directory")),
+        }
+    }
+
+    fn dir_error(&self, e: Errno) -> std::io::Error {
+        let dir = self.copy.parent().unwrap_or(Path::new("/")).display();
+        match e {
+            Errno::ELOOP | Errno::ENOTDIR => std::io::Error::other(format!(
+                "{dir} is not a directory but a symlink or a file; it is not followed"
+            )),
+            e => std::io::Error::from(e),
+        }
+    }
+
+    /// The sandbox's copy, read from the state directory the launch began with, nothing
+    /// followed: `None` when there is none; an error (nothing to merge) when it is anything
+    /// but a regular file of at most [`COPY_LIMIT`] bytes with one name.
+    fn read_copy(&self) -> Result<Option<Vec<u8>>, String> {
+        let at = |why: String| format!("{}: {why}; nothing merged back", self.copy.display());
+        let (dir, name) = self.dir_and_name().map_err(|e| at(e.to_string()))?;
+        let dir_fd = match open_state_dir(dir) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(at(self.dir_error(e).to_string())),
+        };
+        let Some(dir_id) = self.dir_id else {
+            return Err(at("the state directory was not opened at launch".into()));
+        };
+        let dir_now = identity(&nix::sys::stat::fstat(&dir_fd).map_err(|e| at(e.to_string()))?);
+        if dir_now != dir_id {
+            return Err(at(format!(
+                "{} is not the directory the launch made the copy in (the program inside \
+                 replaced it)",
+                dir.display()
+            )));
+        }
+        // Look before opening (a device is not opened at all), then again at what was opened.
+        let st = match nix::sys::stat::fstatat(&dir_fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(at(e.to_string())),
+        };
+        let check = |st: &FileStat| -> Result<(), String> {
+            if !is_regular(st) {
+                return Err(at(format!(
+                    "{} made inside, not a regular file; it is not read",
+                    kind_of(st)
+                )));
+            }
+            if st.st_nlink != 1 {
+                return Err(at(
+                    "a hard link made inside (another file's content); it is not read".into(),
+                ));
+            }
+            if st.st_size as u64 > COPY_LIMIT {
+                return Err(at(format!(
+                    "larger than {} MiB; it is not read",
+                    COPY_LIMIT >> 20
+                )));
+            }
+            Ok(())
+        };
+        check(&st)?;
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::openat(&dir_fd, name, flags, Mode::empty())
+            .map_err(|e| at(e.to_string()))?;
+        let opened = nix::sys::stat::fstat(&fd).map_err(|e| at(e.to_string()))?;
+        check(&opened)?;
+        if identity(&opened) != identity(&st) {
+            return Err(at("replaced while it was read".into()));
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::from(fd)
+            .take(COPY_LIMIT + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| at(e.to_string()))?;
+        if bytes.len() as u64 > COPY_LIMIT {
+            return Err(at(format!(
+                "larger than {} MiB; it is not read",
+                COPY_LIMIT >> 20
+            )));
+        }
+        Ok(Some(bytes))
+    }
+
     /// When the sandbox ends: merge the copy back into the host's file. Returns the
     /// command-bearing changes that were dropped (`mcpServers`, `projects[/w].allowedTools`...).
     pub fn merge_back(&self) -> Result<Vec<String>, String> {
-        let copy = match std::fs::read(&self.copy) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("{}: {e}", self.copy.display())),
+        let Some(copy) = self.read_copy()? else {
+            return Ok(Vec::new());
         };
         let copy: Value = serde_json::from_slice(&copy).map_err(|e| {
             format!(
@@ -251,7 +443,8 @@ impl ClaudeCopy {
             return Ok(dropped);
         }
         let bytes = serde_json::to_vec_pretty(&merged).map_err(|e| e.to_string())?;
-        let owner = self.copy.parent().unwrap_or(Path::new("/")).to_path_buf();
+        // Owned as the home is (not as the state directory, which the sandbox could replace).
+        let owner = self.host.parent().unwrap_or(Path::new("/")).to_path_buf();
         replace(&self.host, &bytes, mode).map_err(|e| format!("{}: {e}", self.host.display()))?;
         if std::fs::metadata(&self.host).is_ok() {
             own_like(&self.host, &owner);
@@ -358,5 +551,67 @@ mod tests {
         let (merged, dropped) = merge(host.clone(), &host);
         assert_eq!(merged, host);
         assert!(dropped.is_empty());
+    }
+
+    /// A state directory with a host file, seeded; what the test does to the copy, merged back.
+    fn merged_after(tag: &str, plant: impl Fn(&Path)) -> (Result<Vec<String>, String>, Value) {
+        let base = std::env::temp_dir().join(format!("sl-claudecopy-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join(".claude")).unwrap();
+        let base = base.canonicalize().unwrap();
+        std::fs::write(base.join(".claude.json"), "{\"numStartups\": 1}").unwrap();
+        let mut c = ClaudeCopy {
+            host: base.join(".claude.json"),
+            copy: base.join(".claude/.claude.json"),
+            dir_id: None,
+        };
+        c.seed().unwrap();
+        assert!(std::fs::symlink_metadata(&c.copy).unwrap().is_file());
+        plant(&c.copy);
+        let result = c.merge_back();
+        let host = serde_json::from_slice(&std::fs::read(&c.host).unwrap()).unwrap();
+        std::fs::remove_dir_all(&base).unwrap();
+        (result, host)
+    }
+
+    #[test]
+    fn a_regular_copy_is_merged_back() {
+        let (r, host) = merged_after("regular", |copy| {
+            std::fs::write(copy, "{\"numStartups\": 2}").unwrap()
+        });
+        assert_eq!(r, Ok(vec![]));
+        assert_eq!(host["numStartups"], 2);
+    }
+
+    #[test]
+    fn a_copy_that_is_a_hard_link_or_too_large_is_not_read() {
+        let (r, host) = merged_after("hardlink", |copy| {
+            let other = copy.with_file_name("other.json");
+            std::fs::write(&other, "{\"numStartups\": 9}").unwrap();
+            std::fs::remove_file(copy).unwrap();
+            std::fs::hard_link(&other, copy).unwrap();
+        });
+        assert!(r.unwrap_err().contains("a hard link"));
+        assert_eq!(host["numStartups"], 1);
+        let (r, host) = merged_after("large", |copy| {
+            let f = std::fs::File::create(copy).unwrap();
+            f.set_len(COPY_LIMIT + 1).unwrap();
+        });
+        assert!(r.unwrap_err().contains("larger than 16 MiB"));
+        assert_eq!(host["numStartups"], 1);
+    }
+
+    #[test]
+    fn a_copy_in_a_replaced_state_directory_is_not_read() {
+        let (r, host) = merged_after("swapped", |copy| {
+            let dir = copy.parent().unwrap();
+            std::fs::rename(dir, dir.with_file_name("moved")).unwrap();
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(copy, "{\"numStartups\": 9}").unwrap();
+        });
+        assert!(r
+            .unwrap_err()
+            .contains("not the directory the launch made the copy in"));
+        assert_eq!(host["numStartups"], 1);
     }
 }
