@@ -142,7 +142,10 @@ fn bound_to_login(argv0: &str) -> Option<String> {
     } else {
         // SAFETY: getuid cannot fail.
         let uid = unsafe { libc::getuid() };
-        let (_, shell) = crate::users::home_and_shell(uid).filter(|_| uid != 0)?;
+        if uid == 0 {
+            return None;
+        }
+        let (_, shell) = crate::users::home_and_shell(uid)?;
         if !is_this_program(Path::new(&shell)) {
             return None;
         }
