@@ -33,6 +33,11 @@ if [[ "${1:-}" == "--tests" ]]; then
     # The login-shell tests: an sshd of their own on 127.0.0.1, and rsync over it.
     [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
     have rsync     || need+=(rsync)
+    # A program with file capabilities in a writable tree (setcap), and the host programs the
+    # persistence tests run after a sandbox: less (lesspipe, lesskey) and sensible-editor.
+    [[ -x /usr/sbin/setcap ]] || need+=(libcap2-bin)
+    have less      || need+=(less)
+    have sensible-editor || need+=(sensible-utils)
 fi
 
 SUDO=""

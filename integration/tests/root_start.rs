@@ -726,3 +726,157 @@ echo notes > notes.txt && echo TWIN-OK
         assert!(!user.home.join(".ssh/authorized_keys").exists(), "{opts:?}");
     }
 }
+
+/// A program with privileges of its own already in a root-owned tree (a set-user-ID or
+/// set-group-ID one, one with file capabilities: a chroot or an image being built) is not
+/// written from inside: content stored through a shared mapping of it keeps the bits, where a
+/// `write` would clear them. Every way to open it for writing is refused; the twin, an
+/// ordinary program next to it, is written. Judged on the host: the programs are as they were.
+#[test]
+fn a_privileged_program_already_in_a_writable_tree_is_not_written() {
+    assert!(is_root(), "started-as-root tests need root");
+    let work = root_owned("privileged");
+    let original = std::fs::read("/bin/true").unwrap();
+    for (name, mode) in [
+        ("suid", 0o4755),
+        ("sgid", 0o2755),
+        ("capped", 0o755),
+        ("plain", 0o755),
+    ] {
+        let p = work.join(name);
+        std::fs::write(&p, &original).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    }
+    let setcap = Command::new("setcap")
+        .args(["cap_net_raw+ep"])
+        .arg(work.join("capped"))
+        .output()
+        .unwrap();
+    assert!(setcap.status.success(), "setcap: {}", explain(&setcap));
+    let script = r#"for f in suid sgid capped plain; do
+  (: > "$f") 2>/dev/null && echo "TRUNCATED-$f"
+  (printf x >> "$f") 2>/dev/null && echo "APPENDED-$f"
+  perl -e 'open(F, "+<", $ARGV[0]) or exit 1' "$f" && echo "OPENED-$f"
+done
+"#;
+    let out = sh(Caller::Invoker, &work.path, &["--network", "none"], script);
+    let said = stdout(&out);
+    for f in ["suid", "sgid", "capped"] {
+        for how in ["TRUNCATED", "APPENDED", "OPENED"] {
+            assert!(
+                !said.contains(&format!("{how}-{f}")),
+                "{how} {f}: {}",
+                explain(&out)
+            );
+        }
+        assert_eq!(
+            std::fs::read(work.join(f)).unwrap(),
+            original,
+            "{f} on the host"
+        );
+    }
+    for how in ["TRUNCATED", "APPENDED", "OPENED"] {
+        assert!(
+            said.contains(&format!("{how}-plain")),
+            "the twin: {}",
+            explain(&out)
+        );
+    }
+    assert_eq!(std::fs::read(work.join("plain")).unwrap(), b"x");
+    let modes = set_id_modes(&work.path);
+    assert_eq!(
+        modes.len(),
+        2,
+        "the set-ID programs keep their modes: {modes:?}"
+    );
+}
+
+/// The homes of users with an empty shell field (`/bin/sh` to login and su) and of users whose
+/// home does not exist yet (`useradd` without `-m`; made at the first login, which keeps a home
+/// that exists) are protected as other users' homes are. Judged by their login shells.
+#[test]
+fn homes_with_an_empty_shell_or_not_made_yet_keep_their_protections() {
+    assert!(is_root(), "started-as-root tests need root");
+    let marks = TempDir::new_in("/var/tmp", "home-marks2");
+    std::fs::set_permissions(
+        &marks.path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    let caller_home = root_owned("caller-home2");
+    let run = |cwd: &Path, script: &str| {
+        Command::new(launcher())
+            .args([
+                "whole-process",
+                "--network",
+                "none",
+                "--",
+                "/bin/sh",
+                "-c",
+                script,
+            ])
+            .current_dir(cwd)
+            .env("HOME", &caller_home.path)
+            .env("MARKS", &marks.path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // An empty shell.
+    let plain = integration::login::TestUser::new(Path::new("/bin/bash"));
+    let usermod = Command::new("usermod")
+        .args(["-s", "", &plain.name])
+        .output()
+        .unwrap();
+    assert!(usermod.status.success(), "usermod: {}", explain(&usermod));
+    let out = run(
+        &plain.home,
+        r#"echo 'touch "$MARKS/empty-shell-ran"' >> .profile 2>/dev/null || echo REFUSED-profile
+echo notes > notes.txt && echo TWIN-OK"#,
+    );
+    assert!(
+        stdout(&out).contains("REFUSED-profile"),
+        "{}",
+        explain(&out)
+    );
+    assert!(stdout(&out).contains("TWIN-OK"), "{}", explain(&out));
+    // A home not made yet, in the working directory.
+    let tree = root_owned("homes-tree");
+    let name = format!("sl{}h", std::process::id());
+    let home = tree.join(&name);
+    let useradd = Command::new("useradd")
+        .args(["-p", "*", "-s", "/bin/bash", "-d"])
+        .arg(&home)
+        .arg(&name)
+        .output()
+        .unwrap();
+    assert!(useradd.status.success(), "useradd: {}", explain(&useradd));
+    let uid = Command::new("id").args(["-u", &name]).output().unwrap();
+    let later = integration::login::TestUser {
+        name: name.clone(),
+        home: home.clone(),
+        uid: stdout(&uid).trim().parse().unwrap(),
+    };
+    let script = format!(
+        r#"mkdir {name} && echo MADE
+echo 'touch "$MARKS/new-home-ran"' > {name}/.profile 2>/dev/null || echo REFUSED-profile
+echo 'touch "$MARKS/new-home-ran"' > {name}/.bash_profile 2>/dev/null || echo REFUSED-bash_profile
+echo notes > {name}/notes.txt && echo TWIN-OK"#
+    );
+    let out = run(&tree.path, &script);
+    for said in ["MADE", "REFUSED-profile", "REFUSED-bash_profile", "TWIN-OK"] {
+        assert!(stdout(&out).contains(said), "{said}: {}", explain(&out));
+    }
+    for user in [&plain.name, &later.name] {
+        let login = Command::new("su")
+            .args(["-", user, "-c", "true"])
+            .output()
+            .unwrap();
+        assert!(login.status.success(), "su {user}: {}", explain(&login));
+    }
+    let ran: Vec<_> = std::fs::read_dir(&marks.path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(ran.is_empty(), "planted and run on the host: {ran:?}");
+}

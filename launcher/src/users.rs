@@ -76,7 +76,8 @@ pub fn default_group() -> u32 {
 }
 
 /// The home directories of the users who can log in (their shell is not `nologin`, `false` or
-/// the like), from /etc/passwd: their shells run the start-up files there.
+/// the like; an empty one is `/bin/sh`), from /etc/passwd: their shells run the start-up files
+/// there.
 pub fn login_homes() -> Vec<std::path::PathBuf> {
     const NO_LOGIN: [&str; 5] = ["nologin", "false", "sync", "halt", "shutdown"];
     let Some(text) = read("/etc/passwd") else {
@@ -86,8 +87,9 @@ pub fn login_homes() -> Vec<std::path::PathBuf> {
         .filter(|l| !l.starts_with('#'))
         .map(|l| l.split(':').collect::<Vec<_>>())
         .filter(|f| {
+            // An empty shell is /bin/sh to login, su and sshd.
             let shell = f.get(6).map_or("", |s| s.rsplit('/').next().unwrap_or(""));
-            !shell.is_empty() && !NO_LOGIN.contains(&shell)
+            !NO_LOGIN.contains(&shell)
         })
         .filter_map(|f| f.get(5).map(std::path::PathBuf::from))
         .filter(|h| h.is_absolute() && h.as_os_str() != "/")

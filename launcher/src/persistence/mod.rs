@@ -132,7 +132,10 @@ pub fn other_homes(view: &mut HostView, roots: &[PathBuf], home: Option<&Path>) 
     for h in crate::users::login_homes() {
         let h = links::lenient(view, &h);
         let inside = roots.iter().any(|r| plain_path::under(&h, r));
-        if inside && Some(h.as_path()) != home && view.kind(&h) == Kind::Dir {
+        // Missing too: made inside, with its start-up files, it would be the user's at the
+        // first login (pam_mkhomedir, and `useradd` without -m, keep a home that exists).
+        let can_be = matches!(view.kind(&h), Kind::Dir | Kind::Missing);
+        if inside && Some(h.as_path()) != home && can_be {
             out.push(h);
         }
     }

@@ -95,13 +95,23 @@ fn home_from_env() -> PathBuf {
 
 /// The user's policy directory, `$XDG_CONFIG_HOME/sandbox-launch` (`~/.config/sandbox-launch`
 /// when the variable is unset, empty or relative, as the XDG specification says: a relative
-/// one would name a directory of wherever the launcher starts). The persistence plan protects
+/// one would name a directory of wherever the launcher starts; or when it holds a `..`). The persistence plan protects
 /// it wherever it lies (`layout::HostContext::user_policy_dir`).
 pub fn user_dir_from_env() -> PathBuf {
-    std::env::var_os("XDG_CONFIG_HOME")
+    user_dir(std::env::var_os("XDG_CONFIG_HOME"), home_from_env)
+}
+
+/// [`user_dir_from_env`] of the variable's value.
+fn user_dir(xdg_config_home: Option<std::ffi::OsString>, home: fn() -> PathBuf) -> PathBuf {
+    xdg_config_home
         .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| home_from_env().join(".config"))
+        // No `..` either: the kernel resolves it through whatever the component before it is
+        // when the policy is read (a symlink a sandbox may have put there), while the plan
+        // names, and protects, the directory lexically.
+        .filter(|p| {
+            p.is_absolute() && !p.components().any(|c| c == std::path::Component::ParentDir)
+        })
+        .unwrap_or_else(|| home().join(".config"))
         .join("sandbox-launch")
 }
 

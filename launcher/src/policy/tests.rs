@@ -484,3 +484,26 @@ fn describe_says_where_each_rule_came_from() {
     assert!(text.contains("network: restricted"), "{text}");
     assert!(!text.contains("Sourced"), "not Debug output: {text}");
 }
+
+/// `XDG_CONFIG_HOME` names the user's policy directory only when it is absolute and holds no
+/// `..` (which the kernel would resolve through whatever precedes it, a symlink a sandbox may
+/// have put there, while the persistence plan protects the directory as written).
+#[test]
+fn the_user_policy_directory_is_xdg_config_home_only_when_absolute_without_dot_dot() {
+    let home = || PathBuf::from("/h");
+    let dir = |v: Option<&str>| super::user_dir(v.map(Into::into), home);
+    assert_eq!(dir(Some("/x/cfg")), Path::new("/x/cfg/sandbox-launch"));
+    for fallback in [
+        None,
+        Some(""),
+        Some("rel/cfg"),
+        Some("/x/sub/../cfg"),
+        Some("/x/.."),
+    ] {
+        assert_eq!(
+            dir(fallback),
+            Path::new("/h/.config/sandbox-launch"),
+            "{fallback:?}"
+        );
+    }
+}

@@ -72,6 +72,7 @@ impl Handler {
                 self.check_via(Op::Write { path: real }, &obj.via)?;
             }
         }
+        self.check_privileged(&obj)?;
         if obj.kind() == libc::S_IFCHR && obj.stat.st_rdev == DEV_TTY {
             return self.open_tty(who, flags);
         }
@@ -86,6 +87,35 @@ impl Handler {
         // SAFETY: a NUL-terminated path.
         let fd = owned(unsafe { libc::open(path.as_ptr(), flags) })?;
         Ok(Answer::Fd(fd, cloexec))
+    }
+
+    /// A program that runs with privileges of its own is not written: a set-user-ID file, a
+    /// set-group-ID one that can run, or one with file capabilities. No mode with those bits
+    /// can be given inside (`seccomp::setid`), but such a file may be in a writable tree
+    /// already — of root's, idmapped to the sandbox's user — and content written through a
+    /// shared mapping keeps the bits (a `write` clears them; a store into the mapping does not).
+    fn check_privileged(&self, obj: &Object) -> Result<(), Errno> {
+        if obj.kind() != libc::S_IFREG {
+            return Ok(());
+        }
+        let mode = obj.stat.st_mode;
+        let set_id = mode & libc::S_ISUID != 0
+            || mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP;
+        let runnable = mode & (libc::S_IXUSR | libc::S_IXGRP | libc::S_IXOTH) != 0;
+        let why = if set_id {
+            "a set-user-ID or set-group-ID program"
+        } else if runnable && has_capabilities(obj) {
+            "a program with file capabilities"
+        } else {
+            return Ok(());
+        };
+        let path = obj.real.clone().unwrap_or_default();
+        self.report_refusal(
+            &path,
+            "write",
+            format!("{why}: it would run with them on the host"),
+        );
+        Err(Errno::EPERM)
     }
 
     /// `/dev/tty` is the *opener's* controlling terminal. Init shares the launcher's, which is
@@ -174,6 +204,7 @@ impl Handler {
         if let Some(real) = &obj.real {
             self.check_via(Op::Write { path: real }, &obj.via)?;
         }
+        self.check_privileged(&obj)?;
         let p = obj.proc_path();
         // SAFETY: a NUL-terminated path.
         let fd = owned(unsafe { libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) })?;
@@ -205,4 +236,14 @@ impl Handler {
             .map_err(|_| Errno::EAGAIN)?;
         Ok(Answer::Deferred)
     }
+}
+
+/// Whether the file holds a `security.capability` attribute (read through its /proc link:
+/// extended attributes cannot be read from an O_PATH descriptor).
+fn has_capabilities(obj: &Object) -> bool {
+    let path = obj.proc_path();
+    let name = c"security.capability";
+    // SAFETY: NUL-terminated path and name; a zero-sized query writes nothing.
+    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+    n >= 0
 }
