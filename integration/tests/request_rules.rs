@@ -71,8 +71,9 @@ fn line<'a>(text: &'a str, label: &str) -> &'a str {
 #[test]
 fn a_method_override_is_decided_as_the_method_it_names() {
     // Express's method-override, Rack, Symfony/Laravel and Google's APIs take a POST for the
-    // method an X-HTTP-Method-Override (or X-HTTP-Method, X-Method-Override) header or a
-    // `_method` query parameter names: a deny rule for DELETE must hold against them.
+    // method an X-HTTP-Method-Override (or X-HTTP-Method, X-Method-Override) header — spelled
+    // with underscores too, as CGI-style servers read it — or a `_method` query parameter
+    // names: a deny rule for DELETE must hold against them.
     let refused = [
         (
             "override",
@@ -84,6 +85,11 @@ fn a_method_override_is_decided_as_the_method_it_names() {
             r"POST {t} HTTP/1.1\r\nX-Method-Override: DELETE\r\n",
         ),
         ("query", r"POST {t}?_method=DELETE HTTP/1.1\r\n"),
+        // A CGI-style server (wsgiref, Rack) reads this one as X-HTTP-Method-Override.
+        (
+            "underscore",
+            r"POST {t} HTTP/1.1\r\nX_HTTP_METHOD_OVERRIDE: DELETE\r\n",
+        ),
         (
             "twice",
             r"POST {t} HTTP/1.1\r\nX-HTTP-Method-Override: GET\r\nX-HTTP-Method-Override: DELETE\r\n",

@@ -44,6 +44,10 @@ type Body = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
 trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
+/// How many hosts' certificates are kept at once (each a key pair and a configuration, a few
+/// KiB).
+const MAX_LEAVES: usize = 1024;
+
 /// The sandbox's certificate authority and the TLS settings on both sides.
 pub struct Inspector {
     ca: rcgen::Certificate,
@@ -119,6 +123,11 @@ impl Inspector {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
         if let Ok(mut m) = self.leaves.lock() {
+            // Bounded: a wildcard endpoint names as many hosts as the program makes up. Past
+            // the bound the kept ones are dropped and made again when asked (a few ms each).
+            if m.len() >= MAX_LEAVES {
+                m.clear();
+            }
             m.insert(name, config.clone());
         }
         Ok(config)

@@ -35,11 +35,18 @@ pub fn overrides(
     params: &[(String, String)],
 ) -> Result<Vec<Override>, String> {
     let mut out = Vec::new();
-    for name in OVERRIDE_HEADERS {
-        for value in headers.get_all(name) {
-            let text = String::from_utf8_lossy(value.as_bytes());
-            out.push(named(&text, format!("{name} header"))?);
-        }
+    // By name with `_` read as `-`: a server that reads headers as CGI does
+    // (`HTTP_X_HTTP_METHOD_OVERRIDE`: Python's wsgiref, CGI and WSGI stacks, Rack) takes
+    // `X_HTTP_Method_Override` for the same header.
+    for (name, value) in headers {
+        let Some(known) = OVERRIDE_HEADERS
+            .iter()
+            .find(|o| same_name(name.as_str(), o))
+        else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(value.as_bytes());
+        out.push(named(&text, format!("{known} header"))?);
     }
     for (k, v) in params {
         if k == OVERRIDE_PARAM {
@@ -47,6 +54,15 @@ pub fn overrides(
         }
     }
     Ok(out)
+}
+
+/// Whether a header's name (lower-case, as hyper keeps it) is `known` with `_` read as `-`.
+fn same_name(name: &str, known: &str) -> bool {
+    name.len() == known.len()
+        && name
+            .bytes()
+            .zip(known.bytes())
+            .all(|(a, b)| a == b || (a == b'_' && b == b'-'))
 }
 
 fn named(value: &str, via: String) -> Result<Override, String> {
@@ -105,6 +121,20 @@ mod tests {
             methods(&HeaderMap::new(), &[]).unwrap(),
             Vec::<String>::new()
         );
+    }
+
+    /// CGI-style servers read `X_HTTP_METHOD_OVERRIDE` as `X-HTTP-Method-Override`
+    /// (`HTTP_X_HTTP_METHOD_OVERRIDE`); a name that only looks alike is no override.
+    #[test]
+    fn an_override_spelled_with_underscores_is_one() {
+        let h = headers(&[
+            ("X_HTTP_METHOD_OVERRIDE", "DELETE"),
+            ("x_http-method", "put"),
+            ("x-method_override", "patch"),
+            ("x-http-method-overrides", "TRACE"),
+            ("x.http.method", "TRACE"),
+        ]);
+        assert_eq!(methods(&h, &[]).unwrap(), ["DELETE", "PUT", "PATCH"]);
     }
 
     #[test]

@@ -66,3 +66,21 @@ async fn inspected_plain_http_tells_the_server_the_checked_host_only() {
         assert!(out.contains(&told), "{head:?}: {out}");
     }
 }
+
+/// Made-up host names (a wildcard endpoint allows as many as a program makes up) keep at
+/// most `super::MAX_LEAVES` certificates; one asked again is the same while kept.
+#[test]
+fn the_kept_certificates_are_bounded() {
+    let inspector = super::Inspector::new(&[]).unwrap();
+    let host = |i: usize| crate::proxy::matcher::Host::Name(format!("h{i}.example.test"));
+    let first = inspector.server_config(&host(0)).unwrap();
+    assert!(Arc::ptr_eq(
+        &first,
+        &inspector.server_config(&host(0)).unwrap()
+    ));
+    for i in 1..=super::MAX_LEAVES {
+        inspector.server_config(&host(i)).unwrap();
+    }
+    let kept = inspector.leaves.lock().unwrap().len();
+    assert!((1..=super::MAX_LEAVES).contains(&kept), "{kept}");
+}
