@@ -645,6 +645,22 @@ fn no_set_id_file_is_left_in_a_writable_tree() {
     }
 }
 
+/// Each user's login shell on the host (`su - USER -c true`: its start-up files, and its
+/// logout's), then what anything they ran left in `marks`.
+fn marks_after_login(users: &[&str], marks: &Path) -> Vec<std::ffi::OsString> {
+    for user in users {
+        let login = Command::new("su")
+            .args(["-", user, "-c", "true"])
+            .output()
+            .unwrap();
+        assert!(login.status.success(), "su {user}: {}", explain(&login));
+    }
+    std::fs::read_dir(marks)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect()
+}
+
 /// Started as root in another user's home (`cd /home/alice` and a launch, or a `run_as_user`
 /// working in its own home), that user's start-up files are protected as the caller's are: the
 /// home is writable there (idmapped to the sandbox's user), but what that user's next login
@@ -710,15 +726,7 @@ echo notes > notes.txt && echo TWIN-OK
             "{opts:?}: the twin is the user's on the host"
         );
         // The user's next login shell, and its logout, on the host.
-        let login = Command::new("su")
-            .args(["-", &user.name, "-c", "true"])
-            .output()
-            .unwrap();
-        assert!(login.status.success(), "su: {}", explain(&login));
-        let ran: Vec<_> = std::fs::read_dir(&marks.path)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let ran = marks_after_login(&[&user.name], &marks.path);
         assert!(
             ran.is_empty(),
             "{opts:?}: planted and run on the host: {ran:?}"
@@ -867,16 +875,6 @@ echo notes > {name}/notes.txt && echo TWIN-OK"#
     for said in ["MADE", "REFUSED-profile", "REFUSED-bash_profile", "TWIN-OK"] {
         assert!(stdout(&out).contains(said), "{said}: {}", explain(&out));
     }
-    for user in [&plain.name, &later.name] {
-        let login = Command::new("su")
-            .args(["-", user, "-c", "true"])
-            .output()
-            .unwrap();
-        assert!(login.status.success(), "su {user}: {}", explain(&login));
-    }
-    let ran: Vec<_> = std::fs::read_dir(&marks.path)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let ran = marks_after_login(&[&plain.name, &later.name], &marks.path);
     assert!(ran.is_empty(), "planted and run on the host: {ran:?}");
 }
