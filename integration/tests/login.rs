@@ -228,6 +228,86 @@ fn su_keeps_the_callers_environment_but_the_login_reads_none_of_its_configuratio
     );
 }
 
+/// `su` without `-`, or with `-m`, keeps the caller's environment and working directory: none
+/// of it chooses anything of the session. An agent's state variable (`CODEX_HOME`: a writable
+/// tree wherever the caller says), the caller's working directory (a launch makes its own
+/// writable), the caller's `HOME` (what `~` names in the login's policy, a `denyRead` of
+/// `~/secret` among it): the session writes neither directory and reads no denied file. The
+/// twin: the user's own home is written.
+#[test]
+fn su_without_a_dash_or_with_m_chooses_nothing_of_the_session() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(is_root(), "making a user needs root");
+    let etc = PrivateEtc::new();
+    let user = TestUser::new(launcher());
+    let settings = etc.write(
+        "sandbox-launch/login-settings.json",
+        r#"{"sandbox": {"filesystem": {"denyRead": ["~/secret"]}}}"#,
+        0o644,
+    );
+    etc.write(
+        "sandbox-launch/login.yaml",
+        &format!(
+            "settings: {}\noptions: [--network, none]\n",
+            settings.display()
+        ),
+        0o644,
+    );
+    std::fs::create_dir_all(user.home.join("secret")).unwrap();
+    std::fs::write(user.home.join("secret/key"), "TOPSECRET").unwrap();
+    user.own(&user.home.join("secret"));
+    std::fs::set_permissions(
+        user.home.join("secret/key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let shared = TempDir::new("su-shared");
+    std::fs::create_dir_all(shared.join("codex")).unwrap();
+    for d in [shared.path.clone(), shared.join("codex")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    }
+    let callers_home = TempDir::new("su-callers-home");
+    // Without `-`: the caller's directory and an agent's state variable.
+    let probe = format!(
+        "touch {0}/codex/by-variable {0}/by-cwd; touch ./here; touch ~/twin; pwd",
+        shared.path.display()
+    );
+    let mut c = su_command(&etc, &user, &[&user.name, "-c", &probe]);
+    c.current_dir(&shared.path)
+        .env("CODEX_HOME", shared.join("codex"));
+    let out = session(c, "");
+    for planted in ["codex/by-variable", "by-cwd", "here"] {
+        assert!(
+            !shared.join(planted).exists(),
+            "{planted}: {}",
+            explain(&out)
+        );
+    }
+    assert!(
+        user.home.join("twin").exists(),
+        "the twin: {}",
+        explain(&out)
+    );
+    assert!(
+        stdout(&out).contains(&format!("{}\n", user.home.display())),
+        "the session starts in the home: {}",
+        explain(&out)
+    );
+    // With `-m`: the caller's HOME. (A caller other than root gets the user's shell whatever
+    // it asks, the launcher not being in /etc/shells; root's `su -m` runs `$SHELL`, so it is
+    // set to the launcher here.)
+    let probe = format!("cat {}/secret/key; cat ~/secret/key", user.home.display());
+    let mut c = su_command(&etc, &user, &["-m", &user.name, "-c", &probe]);
+    c.env("HOME", &callers_home.path).env("SHELL", launcher());
+    let out = session(c, "");
+    assert!(!stdout(&out).contains("TOPSECRET"), "{}", explain(&out));
+    assert!(
+        integration::stderr(&out).contains("Permission denied"),
+        "{}",
+        explain(&out)
+    );
+}
+
 #[test]
 fn a_login_takes_no_configuration_directory_from_its_environment() {
     for caller in CALLERS {

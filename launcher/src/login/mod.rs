@@ -193,24 +193,69 @@ pub fn rewrite(args: &[String]) -> Result<Option<Vec<String>>, Refused> {
     Ok(Some(command_line(&inv, &config)))
 }
 
-/// A login takes no configuration from its environment, which `su` without `-` keeps from
-/// its caller: `XDG_CONFIG_HOME` would pick the user-level policy directory (a caller's
-/// directory widening the login's policy), `SANDBOX_LAUNCH_*` the launcher's own settings. Both
-/// are dropped from this process's environment before anything reads it (so they do not cross
-/// into the sandbox either), and the user's configuration is the passwd home's `.config`.
-/// Called by `main` first thing, while the process has one thread.
+/// A login takes no configuration from its environment, which `su` without `-` (or with `-m`)
+/// keeps from its caller, and nothing from the directory it was started in:
+/// * `SANDBOX_LAUNCH_*` (the launcher's own settings) and the variables that move the agents'
+///   state directories (`CODEX_HOME=/somewhere` would be a writable tree of the caller's
+///   choosing) are dropped, as is `XDG_STATE_HOME` (where worktrees are kept);
+/// * `HOME` is kept only when it is the user's own directory that nobody else can write (what
+///   login, sshd and `su` give), else it is the passwd home (under `su -m` it is the caller's:
+///   `~` in the login's policy, a `denyRead` of `~/secret` among them, named the caller's
+///   directory); `XDG_CONFIG_HOME` is its `.config` (the caller's would pick the user-level
+///   policy);
+/// * `XDG_RUNTIME_DIR` is kept only when it is the user's own and private;
+/// * a working directory outside the home (the caller's, under `su USER -c`), which a launch
+///   makes writable, is left for the home, as `su -` does.
+///
+/// Root's login keeps its HOME and working directory.
+///
+/// Before anything reads the environment (nothing of it crosses into the sandbox either).
+/// Called first thing, while the process has one thread.
 fn forget_the_callers_configuration() {
     use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
     for (name, _) in std::env::vars_os() {
         if name.as_bytes().starts_with(b"SANDBOX_LAUNCH") {
             std::env::remove_var(&name);
         }
     }
+    for name in crate::persistence::agents::state_variables().chain(["XDG_STATE_HOME"]) {
+        std::env::remove_var(name);
+    }
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
-    match crate::users::home_and_shell(uid).filter(|(home, _)| home.starts_with('/')) {
-        Some((home, _)) => std::env::set_var("XDG_CONFIG_HOME", Path::new(&home).join(".config")),
-        None => std::env::remove_var("XDG_CONFIG_HOME"),
+    let owned = |p: &std::ffi::OsStr, private: u32| {
+        std::fs::symlink_metadata(p)
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & private == 0)
+    };
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| !owned(&d, 0o077)) {
+        std::env::remove_var("XDG_RUNTIME_DIR");
+    }
+    // HOME as given when it is the user's own directory, which nobody else can write (what
+    // login, sshd and `su` give), or the user is root (whose password opens everything
+    // anyway); else the passwd home.
+    let given = std::env::var_os("HOME").filter(|h| uid == 0 || owned(h, 0o022));
+    let home = given.map(PathBuf::from).or_else(|| {
+        crate::users::home_and_shell(uid)
+            .map(|(h, _)| PathBuf::from(h))
+            .filter(|h| h.is_absolute())
+    });
+    let Some(home) = home else {
+        std::env::set_var("HOME", "/");
+        std::env::remove_var("XDG_CONFIG_HOME");
+        let _ = std::env::set_current_dir("/");
+        return;
+    };
+    std::env::set_var("HOME", &home);
+    std::env::set_var("XDG_CONFIG_HOME", home.join(".config"));
+    let canonical = std::fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
+    let inside = std::env::current_dir()
+        .ok()
+        .and_then(|d| std::fs::canonicalize(d).ok())
+        .is_some_and(|d| d.starts_with(&canonical));
+    // A home that cannot be entered: `/`, which a launch refuses to make writable.
+    if !inside && uid != 0 && std::env::set_current_dir(&home).is_err() {
+        let _ = std::env::set_current_dir("/");
     }
 }
 

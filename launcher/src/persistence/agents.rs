@@ -40,6 +40,11 @@ const AGENTS: &[(&str, &str, &str)] = &[
     ("codex", "CODEX_HOME", ".codex"),
 ];
 
+/// The variables that move the agents' state directories, each a writable tree of the sandbox.
+pub fn state_variables() -> impl Iterator<Item = &'static str> {
+    AGENTS.iter().map(|(_, var, _)| *var)
+}
+
 /// Top-level keys of `.claude.json` that name commands or widen what runs.
 const COMMAND_KEYS: &[&str] = &["mcpServers"];
 /// Keys of each `projects.<path>` entry that do.
