@@ -6,7 +6,7 @@
 //! Each failure has its twin: the same launch without the fault writes the marker.
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use integration::*;
 
@@ -399,4 +399,40 @@ fn a_create_guard_thread_that_cannot_set_itself_up_is_refused() {
         assert!(stderr(&out).contains("unshare"), "{}", explain(&out));
         assert_runs(caller, &work, &[]);
     }
+}
+
+/// Started as root with supplementary groups (root's own, `disk`, `shadow`): a setgroups that
+/// says it dropped them and did not would leave the sandbox's user reading what those groups
+/// may. Caught before the program runs; the twin (no fault) runs it.
+#[test]
+fn supplementary_groups_left_by_a_lying_setgroups_are_caught() {
+    assert!(is_root(), "a root start needs root");
+    let work = TempDir::new("groups");
+    let launcher = launcher().to_str().unwrap().to_string();
+    let fault_inject = fault_inject().to_str().unwrap().to_string();
+    let run = |faults: &[&str]| {
+        let mut args = vec!["--groups", "0,4", "--", &fault_inject];
+        args.extend_from_slice(faults);
+        args.extend_from_slice(&[
+            "--",
+            &launcher,
+            "whole-process",
+            "--",
+            "/bin/sh",
+            "-c",
+            TARGET,
+        ]);
+        Command::new("setpriv")
+            .args(&args)
+            .current_dir(&work.path)
+            .env("HOME", &work.path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--errno", "setgroups=0"]);
+    assert_refused(Caller::Invoker, &work, &out, 115, &["drop privileges"]);
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "the twin: {}", explain(&out));
+    assert!(work.join("marker").exists(), "the twin: {}", explain(&out));
 }

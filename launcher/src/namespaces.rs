@@ -319,8 +319,11 @@ unsafe fn child_prepare(
     if id.switch_from_root {
         // Keep the namespace's capabilities across the change of uid; the shim drops every
         // one of them itself before the target runs.
+        // No supplementary group either (root's own, `disk`, `shadow`...): checked, as a
+        // setgroups that says it did what it did not would leave them all.
         if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0
             || libc::setgroups(0, std::ptr::null()) != 0
+            || libc::getgroups(0, std::ptr::null_mut()) != 0
             || libc::setresgid(id.gid, id.gid, id.gid) != 0
             || libc::setresuid(id.uid, id.uid, id.uid) != 0
         {

@@ -449,6 +449,7 @@ pub fn prepare(
         probe_only: false,
         limits: limits::process_limits(&policy.runtime.limits)?,
         host_sockets: Some(host_sockets),
+        no_supplementary_groups: identity.switch_from_root,
     };
     let filter = shim::seccomp::compile(&spec.seccomp).map_err(|e| {
         StepError::new(

@@ -41,6 +41,10 @@ pub struct SandboxSpec {
     /// `create_guard::host_sockets`). `None`: connects are not guarded.
     #[serde(default)]
     pub host_sockets: Option<HostSockets>,
+    /// Started as root: the sandbox's user holds no supplementary group (verified). An
+    /// unprivileged caller's cannot be dropped in a user namespace (setgroups is denied there).
+    #[serde(default)]
+    pub no_supplementary_groups: bool,
 }
 
 /// Paths as seen inside.

@@ -311,6 +311,13 @@ pub fn verify(
             spec.uid, spec.gid
         )));
     }
+    // SAFETY: a zero-sized query writes nothing.
+    let groups = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    if spec.no_supplementary_groups && groups != 0 {
+        return Err(fail(format!(
+            "{groups} supplementary group(s) remain, expected none (started as root)"
+        )));
+    }
     let Settled {
         hostname,
         oom_score_adj,
