@@ -489,3 +489,41 @@ fn waiting_fifo_opens_at_the_process_limit_neither_stop_nor_end_the_guard() {
         assert!(work.join("after").is_dir() && work.join("last").is_dir());
     }
 }
+
+/// A script the program writes and then runs at once: init's copy of the descriptor it opened
+/// for the program must be closed before the program goes on, or exec finds the file open for
+/// writing ("Text file busy": bash overwriting its script and running it as its last command
+/// failed 19 launches of 20 as root when init answered first and closed its copy after).
+/// Twenty launches each, as each caller.
+#[test]
+fn a_script_written_and_run_at_once_is_not_busy() {
+    let script = "printf '#!/bin/sh\\necho ran\\n' > run.sh; ./run.sh";
+    for caller in CALLERS {
+        let work = TempDir::new("txtbsy");
+        let run = work.write("run.sh", "#!/bin/sh\necho old\n");
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for i in 0..20 {
+            let out = integration::command(
+                caller,
+                &work.path,
+                &[
+                    "whole-process",
+                    "--network",
+                    "none",
+                    "--",
+                    "bash",
+                    "-c",
+                    script,
+                ],
+            )
+            .output()
+            .unwrap();
+            assert_eq!(
+                stdout(&out),
+                "ran\n",
+                "{caller:?}, launch {i}: {}",
+                explain(&out)
+            );
+        }
+    }
+}

@@ -50,15 +50,17 @@ impl Drop for Pin {
 
 /// Install `fd` in the pinned target (ADDFD alone: the target wakes on this CPU to take it while
 /// the syscall stays pending), give it back its CPU mask, then answer with the new descriptor's
-/// number (a plain answer, which wakes it with the sync hint).
+/// number (a plain answer, which wakes it with the sync hint). Init's own copy is closed before
+/// the answer (see [`answer`]).
 pub(super) fn answer_fd_pinned(
     listener: RawFd,
     id: u64,
-    fd: &OwnedFd,
+    fd: OwnedFd,
     cloexec: bool,
     pin: Pin,
 ) -> Result<(), Errno> {
-    let r = addfd(listener, id, fd, cloexec, 0);
+    let r = addfd(listener, id, &fd, cloexec, 0);
+    drop(fd);
     let outcome = if r < 0 {
         Err(Errno::last())
     } else {
@@ -110,16 +112,16 @@ pub(super) fn answer(
         Ok(Answer::Value(v)) => send(v, 0, 0),
         Ok(Answer::Continue) => send(0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
         Ok(Answer::Deferred) => Ok(()),
+        // The file goes in first and the answer after, with init's own copy closed in between:
+        // answered at once (ADDFD_FLAG_SEND), the program went on while init still held a
+        // writable descriptor of the file, and a script it had just written and then ran failed
+        // with "Text file busy" (an open for writing anywhere makes exec refuse the file).
         Ok(Answer::Fd(fd, cloexec)) => {
-            let r = addfd(
-                listener,
-                id,
-                &fd,
-                cloexec,
-                libc::SECCOMP_ADDFD_FLAG_SEND as u32,
-            );
+            let r = addfd(listener, id, &fd, cloexec, 0);
+            drop(fd);
             match (r < 0).then(Errno::last) {
-                None | Some(Errno::ENOENT) => Ok(()),
+                None => send(i64::from(r), 0, 0),
+                Some(Errno::ENOENT) => Ok(()),
                 Some(e) => send(0, -(e as i32), 0),
             }
         }

@@ -145,11 +145,13 @@ impl Handler {
         // while the file goes in, a create costs about half (on the development VM 82-89 ->
         // 45-48 µs); its own mask is back before it returns from the syscall. Only where a
         // signal cannot cut in between the file going in and the answer.
-        if let (Ok(Answer::Fd(fd, cloexec)), true) = (&outcome, self.killable) {
-            if let Some(pin) = Pin::here(req.pid as libc::pid_t) {
-                return answer_fd_pinned(self.fd(), req.id, fd, *cloexec, pin);
-            }
-        }
+        let outcome = match (outcome, self.killable) {
+            (Ok(Answer::Fd(fd, cloexec)), true) => match Pin::here(req.pid as libc::pid_t) {
+                Some(pin) => return answer_fd_pinned(self.fd(), req.id, fd, cloexec, pin),
+                None => Ok(Answer::Fd(fd, cloexec)),
+            },
+            (outcome, _) => outcome,
+        };
         answer(self.fd(), req.id, outcome)
     }
 
