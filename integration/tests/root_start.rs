@@ -595,17 +595,20 @@ fn set_id_modes(root: &Path) -> Vec<(PathBuf, u32)> {
 /// when it is refused; then ordinary modes, which must work.
 const SET_ID_INSIDE: &str = r#"cp /bin/true prog
 chmod 4755 prog 2>/dev/null || echo REFUSED-chmod-u
-chmod g+s prog 2>/dev/null || echo REFUSED-chmod-g
 install -m 6755 /bin/true installed 2>/dev/null || echo REFUSED-install
-mkdir shared && { chmod 2775 shared 2>/dev/null || echo REFUSED-dir; }
 perl -MFcntl -e 'sysopen(F, "opened", O_CREAT|O_WRONLY, 04755) or exit 1' || echo REFUSED-open
-chmod 755 prog && chmod 1777 shared && echo ORDINARY-OK
+perl -MFcntl -e 'sysopen(F, "grouped", O_CREAT|O_WRONLY, 02755) or exit 1' || echo REFUSED-open-g
+chmod 755 prog && echo ORDINARY-OK
+mkdir shared && chmod 2775 shared && echo SETGID-DIR-OK
+cd repo && echo x > f && git add f && git -c user.email=a@b.c -c user.name=n commit -qm m && echo SHARED-GIT-OK
 "#;
 
 /// Started as root, the working directory of root's is idmapped to the sandbox's user, and a
 /// file made there is root's on the host: a set-user-ID one would be a root program any local
-/// user could run. Every way to make one is refused; ordinary modes are not. Judged on the host:
-/// no mode in the tree holds either bit. (The unprivileged twin: the same in a tree of its own.)
+/// user could run. Every way to make one is refused, and to make a file set-group-ID; ordinary
+/// modes are not, nor a set-group-ID directory (git's shared repository works inside). Judged
+/// on the host: no set-user-ID mode in the tree, set-group-ID only on directories. (The
+/// unprivileged twin: the same in a tree of its own.)
 #[test]
 fn no_set_id_file_is_left_in_a_writable_tree() {
     for caller in CALLERS {
@@ -616,14 +619,22 @@ fn no_set_id_file_is_left_in_a_writable_tree() {
             d.give_to_sandbox_user(&d.path);
             d
         };
+        let init = Command::new("git")
+            .args(["init", "-q", "--shared=group", "repo"])
+            .current_dir(&work.path)
+            .output()
+            .unwrap();
+        assert!(init.status.success(), "{}", explain(&init));
+        if !(caller == Caller::Invoker && is_root()) {
+            work.give_to_sandbox_user(&work.path);
+        }
         let out = sh(caller, &work.path, &["--network", "none"], SET_ID_INSIDE);
         let said = stdout(&out);
         for refused in [
             "REFUSED-chmod-u",
-            "REFUSED-chmod-g",
             "REFUSED-install",
-            "REFUSED-dir",
             "REFUSED-open",
+            "REFUSED-open-g",
         ] {
             assert!(
                 said.contains(refused),
@@ -631,15 +642,16 @@ fn no_set_id_file_is_left_in_a_writable_tree() {
                 explain(&out)
             );
         }
+        for twin in ["ORDINARY-OK", "SETGID-DIR-OK", "SHARED-GIT-OK"] {
+            assert!(said.contains(twin), "{caller:?}: {twin}: {}", explain(&out));
+        }
+        let files: Vec<_> = set_id_modes(&work.path)
+            .into_iter()
+            .filter(|(p, mode)| mode & 0o4000 != 0 || !p.is_dir())
+            .collect();
         assert!(
-            said.contains("ORDINARY-OK"),
-            "{caller:?}: {}",
-            explain(&out)
-        );
-        let modes = set_id_modes(&work.path);
-        assert!(
-            modes.is_empty(),
-            "{caller:?}: set-ID on the host: {modes:?}"
+            files.is_empty(),
+            "{caller:?}: set-ID files on the host: {files:?}"
         );
         assert!(work.join("prog").exists(), "{caller:?}: {}", explain(&out));
     }

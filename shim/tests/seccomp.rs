@@ -691,16 +691,15 @@ fn set_id_probes(prog: Option<&BpfProgram>) -> Vec<(&'static str, Outcome)> {
     let sgid = u64::from(S_ISGID | 0o755);
     let probes: Vec<(&'static str, libc::c_long, [u64; 6])> = vec![
         ("chmod 4755", SYS_chmod, [p(&file), suid, 0, 0, 0, 0]),
-        ("chmod 2755", SYS_chmod, [p(&file), sgid, 0, 0, 0, 0]),
         (
             "fchmodat 4755",
             SYS_fchmodat,
             [AT_FDCWD as u64, p(&file), suid, 0, 0, 0],
         ),
         (
-            "fchmodat2 2755",
+            "fchmodat2 4755",
             SYS_fchmodat2,
-            [AT_FDCWD as u64, p(&file), sgid, 0, 0, 0],
+            [AT_FDCWD as u64, p(&file), suid, 0, 0, 0],
         ),
         ("creat 4755", SYS_creat, [p(&fresh[0]), suid, 0, 0, 0, 0]),
         (
@@ -791,11 +790,14 @@ fn ordinary_modes_and_opens_are_allowed() {
     let dir = scratch("twins");
     let file = dir.0.join("file");
     std::fs::write(&file, "").unwrap();
-    let file = c_path(&file);
+    let (file, dirc) = (c_path(&file), c_path(&dir.0));
     let fresh = c_path(&dir.0.join("new"));
     let p = |s: &std::ffi::CString| s.as_ptr() as u64;
     for (name, nr, args) in [
         ("chmod 1777", SYS_chmod, [p(&file), 0o1777, 0, 0, 0, 0]),
+        // Set-group-ID in a changed mode: a directory's (git's shared repositories, GNU chmod
+        // keeping it) cannot be told from a file's by a filter (see `seccomp::setid`).
+        ("chmod 2775 dir", SYS_chmod, [p(&dirc), 0o2775, 0, 0, 0, 0]),
         (
             "fchmodat 0755",
             SYS_fchmodat,
