@@ -293,6 +293,19 @@ fn su_without_a_dash_or_with_m_chooses_nothing_of_the_session() {
         "the session starts in the home: {}",
         explain(&out)
     );
+    assert!(
+        integration::stderr(&out).contains("login: starting in"),
+        "and says so: {}",
+        explain(&out)
+    );
+    // A directory of the user's own, which no one else can write, stays where the session runs.
+    let mine = TempDir::new("su-own-dir");
+    user.own(&mine.path);
+    std::fs::set_permissions(&mine.path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = su_command(&etc, &user, &[&user.name, "-c", "pwd; touch made-here"]);
+    c.current_dir(&mine.path);
+    let out = session(c, "");
+    assert!(mine.join("made-here").exists(), "{}", explain(&out));
     // With `-m`: the caller's HOME. (A caller other than root gets the user's shell whatever
     // it asks, the launcher not being in /etc/shells; root's `su -m` runs `$SHELL`, so it is
     // set to the launcher here.)

@@ -204,8 +204,9 @@ pub fn rewrite(args: &[String]) -> Result<Option<Vec<String>>, Refused> {
 ///   directory); `XDG_CONFIG_HOME` is its `.config` (the caller's would pick the user-level
 ///   policy);
 /// * `XDG_RUNTIME_DIR` is kept only when it is the user's own and private;
-/// * a working directory outside the home (the caller's, under `su USER -c`), which a launch
-///   makes writable, is left for the home, as `su -` does.
+/// * a working directory that is not the user's own (in the home, or the user's and writable
+///   by no one else) — the caller's, under `su USER -c` — which a launch makes writable, is
+///   left for the home, as `su -` does, and said.
 ///
 /// Root's login keeps its HOME and working directory.
 ///
@@ -249,13 +250,25 @@ fn forget_the_callers_configuration() {
     std::env::set_var("HOME", &home);
     std::env::set_var("XDG_CONFIG_HOME", home.join(".config"));
     let canonical = std::fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
-    let inside = std::env::current_dir()
+    let cwd = std::env::current_dir()
         .ok()
-        .and_then(|d| std::fs::canonicalize(d).ok())
-        .is_some_and(|d| d.starts_with(&canonical));
-    // A home that cannot be entered: `/`, which a launch refuses to make writable.
-    if !inside && uid != 0 && std::env::set_current_dir(&home).is_err() {
-        let _ = std::env::set_current_dir("/");
+        .and_then(|d| std::fs::canonicalize(d).ok());
+    // The user's own: in the home, or a directory of the user's that no one else can write.
+    let own = cwd
+        .as_ref()
+        .is_some_and(|d| d.starts_with(&canonical) || owned(d.as_os_str(), 0o022));
+    if !own && uid != 0 {
+        if let Some(d) = &cwd {
+            crate::say!(
+                "sandbox-launch: login: starting in {} ({} is not the user's own directory, and a                  launch makes its directory writable)",
+                home.display(),
+                d.display()
+            );
+        }
+        // A home that cannot be entered: `/`, which a launch refuses to make writable.
+        if std::env::set_current_dir(&home).is_err() {
+            let _ = std::env::set_current_dir("/");
+        }
     }
 }
 
