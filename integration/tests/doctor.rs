@@ -135,3 +135,71 @@ fn a_refused_proc_mount_fails_the_launch_and_doctor_alike() {
         }
     }
 }
+
+/// `prefix` (a program and its arguments, e.g. setpriv's) runs the launcher with `args`, as the
+/// test's root, in `work`.
+fn as_root_under(prefix: &[&str], work: &TempDir, args: &[&str]) -> Output {
+    assert!(is_root(), "dropping root's capabilities needs root");
+    let launcher = launcher().to_str().unwrap().to_string();
+    let mut all: Vec<&str> = prefix[1..].to_vec();
+    all.push(&launcher);
+    all.extend_from_slice(args);
+    command_with(
+        std::path::Path::new(prefix[0]),
+        Caller::Invoker,
+        &work.path,
+        &all,
+    )
+    .output()
+    .unwrap()
+}
+
+const TARGET: &[&str] = &["whole-process", "--", "/bin/sh", "-c", "echo target-ran"];
+const DOCTOR: &[&str] = &["doctor", "--json"];
+
+#[test]
+fn root_without_cap_setfcap_is_mapped_by_doctor_as_by_the_launch() {
+    // Mapping uid 0 takes CAP_SETFCAP (Linux >= 5.12); the launch maps the sandbox's user and
+    // does without it (a container's root with `--cap-drop ALL --cap-add SETUID --cap-add
+    // SETGID`). doctor's probes used to map root and fail every one of them.
+    let work = TempDir::new("doctor-setfcap");
+    let no_setfcap = ["setpriv", "--bounding-set", "-setfcap", "--"];
+    let out = as_root_under(&no_setfcap, &work, TARGET);
+    assert_eq!(stdout(&out), "target-ran\n", "{}", explain(&out));
+    let doc = as_root_under(&no_setfcap, &work, DOCTOR);
+    assert_eq!(doc.status.code(), Some(0), "{}", explain(&doc));
+    for name in [
+        "user namespaces",
+        "namespaces",
+        "hostname",
+        "filesystem",
+        "launch",
+    ] {
+        assert_eq!(doctor_check(&doc, name)["status"], "ok", "{name}");
+    }
+}
+
+#[test]
+fn root_without_cap_setuid_and_setgid_is_refused_naming_them_and_doctor_agrees() {
+    let work = TempDir::new("doctor-setuid");
+    let no_setid = ["setpriv", "--bounding-set", "-setuid,-setgid", "--"];
+    let out = as_root_under(&no_setid, &work, TARGET);
+    assert_eq!(out.status.code(), Some(112), "{}", explain(&out));
+    assert!(!stdout(&out).contains("target-ran"));
+    for fix in ["--cap-add SETUID --cap-add SETGID", "--user UID:GID"] {
+        assert!(stderr(&out).contains(fix), "{fix}: {}", explain(&out));
+    }
+    let doc = as_root_under(&no_setid, &work, DOCTOR);
+    assert_eq!(doc.status.code(), Some(1), "{}", explain(&doc));
+    for name in ["user namespaces", "namespaces", "launch"] {
+        let check = doctor_check(&doc, name);
+        assert_eq!(check["status"], "fail", "{check}");
+        let fix = check["fix"].as_str().unwrap_or("");
+        assert!(fix.contains("--cap-add SETUID --cap-add SETGID"), "{check}");
+        assert!(!fix.contains("AppArmor"), "{check}");
+    }
+    // The twin: with them, both go through.
+    let keep = ["setpriv", "--bounding-set", "-setfcap", "--"];
+    let out = as_root_under(&keep, &work, TARGET);
+    assert_eq!(stdout(&out), "target-ran\n", "{}", explain(&out));
+}

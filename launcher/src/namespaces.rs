@@ -189,11 +189,29 @@ pub fn can_do_without_user_namespace(errno: Errno) -> bool {
 }
 
 fn has_cap_sys_admin() -> bool {
+    has_effective(CAP_SYS_ADMIN)
+}
+
+/// Whether this process holds `cap` (one of the first 32) in its effective set.
+fn has_effective(cap: u32) -> bool {
     let mut header = libc_cap_header();
     let mut data = [CapData::default(); 2];
     // SAFETY: capget with valid pointers.
-    (unsafe { capget(&mut header, &mut data) } == 0)
-        && data[0].effective & (1 << CAP_SYS_ADMIN) != 0
+    (unsafe { capget(&mut header, &mut data) } == 0) && data[0].effective & (1 << cap) != 0
+}
+
+/// Why root's write of the sandbox's id maps was refused, and what to do: a container's root
+/// without CAP_SETUID/CAP_SETGID (`--cap-drop ALL`) cannot map any id but its own.
+fn hint_for_maps() -> String {
+    if !has_effective(CAP_SETUID) || !has_effective(CAP_SETGID) {
+        return "the launcher runs as root without CAP_SETUID/CAP_SETGID, which mapping the \
+                sandbox's user into its user namespace takes: keep them (`--cap-add SETUID \
+                --cap-add SETGID` after `--cap-drop ALL`), or run the container as that user \
+                (`--user UID:GID`)"
+            .into();
+    }
+    "the kernel refused the id mapping of the new user namespace; run `sandbox-launch doctor`"
+        .into()
 }
 
 pub fn kill_and_reap(pid: libc::pid_t) {
@@ -204,14 +222,15 @@ pub fn kill_and_reap(pid: libc::pid_t) {
     }
 }
 
-fn write_maps(pid: libc::pid_t, id: Identity) -> Result<(), StepError> {
+/// Root's write of the maps of `pid`'s new user namespace. `doctor` maps its probes with it.
+pub(crate) fn write_maps(pid: libc::pid_t, id: Identity) -> Result<(), StepError> {
     let write = |file: &str, content: String| -> Result<(), StepError> {
         let path = format!("/proc/{pid}/{file}");
         std::fs::write(&path, content.as_bytes()).map_err(|e| {
             StepError::new(
                 Step::Namespaces,
                 format!("cannot write {path}: {e}"),
-                Some("the kernel refused the id mapping of the new user namespace; run `sandbox-launch doctor`"),
+                Some(&hint_for_maps()),
             )
         })
     };
@@ -317,19 +336,9 @@ unsafe fn child_prepare(
     }
     libc::close(go);
     if id.switch_from_root {
-        // Keep the namespace's capabilities across the change of uid; the shim drops every
-        // one of them itself before the target runs.
-        // No supplementary group either (root's own, `disk`, `shadow`...): checked, as a
-        // setgroups that says it did what it did not would leave them all.
-        if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0
-            || libc::setgroups(0, std::ptr::null()) != 0
-            || libc::getgroups(0, std::ptr::null_mut()) != 0
-            || libc::setresgid(id.gid, id.gid, id.gid) != 0
-            || libc::setresuid(id.uid, id.uid, id.uid) != 0
-        {
+        if !switch_to(id) {
             libc::_exit(Step::Identity.exit_code());
         }
-        libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
         // A change of credentials clears the parent-death signal.
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -338,18 +347,36 @@ unsafe fn child_prepare(
             0,
             0,
         );
-        // setresuid cleared the effective set; take back what is still permitted.
-        let mut header = libc_cap_header();
-        let mut data = [CapData::default(); 2];
-        if capget(&mut header, &mut data) != 0 {
-            libc::_exit(Step::Identity.exit_code());
-        }
-        data[0].effective = data[0].permitted;
-        data[1].effective = data[1].permitted;
-        if capset(&mut header, &data) != 0 {
-            libc::_exit(Step::Identity.exit_code());
-        }
     }
+}
+
+/// Real root's child, its maps written: become the sandbox's user, keeping the namespace's
+/// capabilities (the shim drops every one of them itself before the target runs). `doctor`'s
+/// probes switch with it.
+///
+/// # Safety
+/// Raw syscalls only: callable in the child of a fork-like clone.
+pub(crate) unsafe fn switch_to(id: Identity) -> bool {
+    // No supplementary group either (root's own, `disk`, `shadow`...): checked, as a
+    // setgroups that says it did what it did not would leave them all.
+    if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0
+        || libc::setgroups(0, std::ptr::null()) != 0
+        || libc::getgroups(0, std::ptr::null_mut()) != 0
+        || libc::setresgid(id.gid, id.gid, id.gid) != 0
+        || libc::setresuid(id.uid, id.uid, id.uid) != 0
+    {
+        return false;
+    }
+    libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
+    // setresuid cleared the effective set; take back what is still permitted.
+    let mut header = libc_cap_header();
+    let mut data = [CapData::default(); 2];
+    if capget(&mut header, &mut data) != 0 {
+        return false;
+    }
+    data[0].effective = data[0].permitted;
+    data[1].effective = data[1].permitted;
+    capset(&mut header, &data) == 0
 }
 
 #[repr(C)]
@@ -369,6 +396,9 @@ struct CapData {
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// capability.h: CAP_SYS_ADMIN, in the first 32-bit word of the sets.
 const CAP_SYS_ADMIN: u32 = 21;
+/// capability.h: CAP_SETGID and CAP_SETUID.
+const CAP_SETGID: u32 = 6;
+const CAP_SETUID: u32 = 7;
 
 fn libc_cap_header() -> CapHeader {
     CapHeader {

@@ -12,9 +12,10 @@ fn errno() -> Result<(), String> {
 }
 
 /// Run `f` in a forked child that has unshared `flags` (which include CLONE_NEWUSER) and whose
-/// uid/gid are mapped to themselves as the launcher maps them: by the child itself when
-/// unprivileged (the launcher's own code), by this process when root (a process cannot map
-/// uid 0 from inside its new namespace).
+/// ids are mapped as the launcher maps them, by the launcher's own code: unprivileged, its own
+/// uid/gid, by the child itself; root, the sandbox's user (nobody), by this process (mapping
+/// uid 0 would take CAP_SETFCAP, which the launch does without). A refused map comes back as
+/// the launch's failure (see `split_failure`), with its hint.
 pub fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
     let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
     let (go_r, go_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -27,7 +28,14 @@ pub fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> 
             switch_from_root: false,
         })
     });
-    in_child_with(
+    let sandbox = crate::namespaces::Identity {
+        uid: crate::users::default_user().0,
+        gid: crate::users::default_group(),
+        switch_from_root: true,
+    };
+    let map_failure = std::cell::RefCell::new(None);
+    let map_failed = &map_failure;
+    let r = in_child_with(
         move || {
             // SAFETY: unshare has no memory-safety preconditions; we are a forked child.
             let r = if unsafe { libc::unshare(flags) } != 0 {
@@ -60,9 +68,22 @@ pub fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> 
                 }
             }
             let _ = nix::unistd::write(&ready_w, r.as_ref().map_or(b"e", |m| *m));
-            r?;
+            let mapped = r? == b"k";
             let mut b = [0u8; 1];
             match nix::unistd::read(&go_r, &mut b) {
+                // Mapped: the sandbox's user, as the launch's child becomes it.
+                Ok(1) if b[0] == b'k' && mapped => {
+                    // SAFETY: only syscalls, in the forked child.
+                    if unsafe { crate::namespaces::switch_to(sandbox) } {
+                        f()
+                    } else {
+                        Err(format!(
+                            "cannot become uid {}: {}",
+                            sandbox.uid,
+                            Errno::last()
+                        ))
+                    }
+                }
                 Ok(1) if b[0] == b'k' => f(),
                 _ => Err("the parent could not map our ids".into()),
             }
@@ -79,12 +100,18 @@ pub fn in_userns(flags: libc::c_int, f: impl FnOnce() -> Result<(), String>) -> 
             if b[0] != b'k' {
                 return;
             }
-            let w = |p: String, s: String| std::fs::write(&p, s).map_err(|e| format!("{p}: {e}"));
-            let ok = w(format!("/proc/{child}/uid_map"), format!("{uid} {uid} 1"))
-                .and_then(|_| w(format!("/proc/{child}/gid_map"), format!("{gid} {gid} 1")));
-            let _ = nix::unistd::write(&go_w, if ok.is_ok() { b"k" } else { b"e" });
+            let mapped = crate::namespaces::write_maps(child.as_raw(), sandbox);
+            let _ = nix::unistd::write(&go_w, if mapped.is_ok() { b"k" } else { b"e" });
+            if let Err(e) = mapped {
+                *map_failed.borrow_mut() =
+                    Some(serde_json::to_string(&e.0).unwrap_or_else(|_| e.to_string()));
+            }
         },
-    )
+    );
+    match map_failure.into_inner() {
+        Some(failure) => Err(failure),
+        None => r,
+    }
 }
 
 /// The launcher's own mount wrapper, with the error as text for the report.

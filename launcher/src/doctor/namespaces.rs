@@ -35,6 +35,16 @@ pub fn user_namespaces() -> Vec<Check> {
             None,
         )),
         Err(e) => {
+            // Made, but root's map of the sandbox's user refused: the launch fails there too.
+            if let (detail, Some(fix)) = split_failure(&e) {
+                out.push(check(
+                    "user namespaces",
+                    Status::Fail,
+                    format!("{detail}{knob_text}"),
+                    Some(&fix),
+                ));
+                return out;
+            }
             let fix = if read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
                 .as_deref()
                 == Some("1")
@@ -92,12 +102,15 @@ pub fn namespaces_for_sandbox() -> Check {
             "user, mount, pid, ipc, uts, cgroup and network namespaces",
             None,
         ),
-        Err(e) => check(
-            "namespaces",
-            Status::Fail,
-            format!("cannot create the sandbox's namespaces together: {e}"),
-            Some("a container runtime or security module blocks namespace creation; allow it for this program"),
-        ),
+        Err(e) => match split_failure(&e) {
+            (detail, Some(fix)) => check("namespaces", Status::Fail, detail, Some(&fix)),
+            (_, None) => check(
+                "namespaces",
+                Status::Fail,
+                format!("cannot create the sandbox's namespaces together: {e}"),
+                Some("a container runtime or security module blocks namespace creation; allow it for this program"),
+            ),
+        },
     }
 }
 
@@ -199,8 +212,9 @@ pub fn egress() -> Check {
             "egress",
             Status::Warn,
             format!(
-                "proxy variables only ({e}): a program that ignores HTTP(S)_PROXY/ALL_PROXY has \
-                 no route out (blocked, not filtered)"
+                "proxy variables only ({}): a program that ignores HTTP(S)_PROXY/ALL_PROXY has \
+                 no route out (blocked, not filtered)",
+                split_failure(&e).0
             ),
             Some("a kernel with nf_tables, NAT and nft_redir (CONFIG_NFT_REDIR) enables it; until then point such programs at 127.0.0.1:3128 (HTTP) or 127.0.0.1:1080 (SOCKS5)"),
         ),
@@ -232,7 +246,10 @@ pub fn overlayfs() -> Check {
         Err(e) => check(
             "overlayfs",
             Status::Warn,
-            format!("overlayfs in a user namespace: {e} (not needed by whole-process mode)"),
+            format!(
+                "overlayfs in a user namespace: {} (not needed by whole-process mode)",
+                split_failure(&e).0
+            ),
             Some("a kernel >= 5.11"),
         ),
     }
