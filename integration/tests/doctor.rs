@@ -203,3 +203,35 @@ fn root_without_cap_setuid_and_setgid_is_refused_naming_them_and_doctor_agrees()
     let out = as_root_under(&keep, &work, TARGET);
     assert_eq!(stdout(&out), "target-ran\n", "{}", explain(&out));
 }
+
+#[test]
+fn root_without_user_namespaces_or_cap_sys_ptrace_is_refused_naming_it() {
+    // The fallback of root without user namespaces keeps CAP_SYS_PTRACE for the create guard.
+    let work = TempDir::new("doctor-ptrace");
+    let fault_inject = fault_inject().to_str().unwrap();
+    let no_userns = |drop| {
+        [
+            "setpriv",
+            "--bounding-set",
+            drop,
+            "--",
+            fault_inject,
+            "--deny-clone-flags",
+            "0x10000000=EPERM",
+            "--errno",
+            "clone3=ENOSYS",
+            "--",
+        ]
+    };
+    let out = as_root_under(&no_userns("-sys_ptrace"), &work, TARGET);
+    assert_eq!(out.status.code(), Some(115), "{}", explain(&out));
+    assert!(!stdout(&out).contains("target-ran"));
+    assert!(
+        stderr(&out).contains("--cap-add SYS_PTRACE"),
+        "{}",
+        explain(&out)
+    );
+    // The twin: with it, the sandbox runs (and says it has no user namespace).
+    let out = as_root_under(&no_userns("-setfcap"), &work, TARGET);
+    assert_eq!(stdout(&out), "target-ran\n", "{}", explain(&out));
+}

@@ -67,7 +67,18 @@ pub fn drop_privileges(core_hard: u64, keep_ptrace: bool) -> Result<(), StepErro
     }
     if keep_ptrace {
         let kept: caps::CapsHashSet = [caps::Capability::CAP_SYS_PTRACE].into_iter().collect();
-        caps::set(None, caps::CapSet::Permitted, &kept).at(Step::Identity)?;
+        // Inside the sandbox's user namespace init holds it; without one (root's fallback) only
+        // if the launcher's root had it.
+        caps::set(None, caps::CapSet::Permitted, &kept).map_err(|e| {
+            StepError::new(
+                Step::Identity,
+                format!("cannot keep CAP_SYS_PTRACE for the create guard: {e}"),
+                Some(
+                    "without a user namespace the launcher's root must hold CAP_SYS_PTRACE \
+                     (a container: `--cap-add SYS_PTRACE`, with SYS_ADMIN and NET_ADMIN)",
+                ),
+            )
+        })?;
     } else {
         caps::clear(None, caps::CapSet::Permitted).at(Step::Identity)?;
     }
