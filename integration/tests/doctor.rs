@@ -235,3 +235,43 @@ fn root_without_user_namespaces_or_cap_sys_ptrace_is_refused_naming_it() {
     let out = as_root_under(&no_userns("-setfcap"), &work, TARGET);
     assert_eq!(stdout(&out), "target-ran\n", "{}", explain(&out));
 }
+
+#[test]
+fn a_pids_limit_too_low_for_the_create_guard_is_named_and_doctor_agrees() {
+    assert!(is_root(), "making a pids group needs root");
+    let work = TempDir::new("doctor-pids");
+    let in_group = |max: &str, args: &[&str]| {
+        let group = integration::cgroups::Delegated::new(&["pids"]);
+        for dir in &group.dirs {
+            std::fs::write(dir.join("pids.max"), max).unwrap();
+        }
+        let launcher = launcher().to_str().unwrap().to_string();
+        let mut cmd = command_with(
+            std::path::Path::new(&launcher),
+            Caller::Invoker,
+            &work.path,
+            args,
+        );
+        group.start_in(&mut cmd);
+        cmd.output().unwrap()
+    };
+    // 4 tasks (shim and supervisor among them): the launch gets as far as the create guard.
+    let out = in_group("4", TARGET);
+    assert_eq!(out.status.code(), Some(117), "{}", explain(&out));
+    assert!(!stdout(&out).contains("target-ran"));
+    assert!(stderr(&out).contains("pids limit"), "{}", explain(&out));
+    assert!(!stderr(&out).contains("Linux >= 5.5"), "{}", explain(&out));
+    let doc = in_group("4", DOCTOR);
+    assert_eq!(doc.status.code(), Some(1), "{}", explain(&doc));
+    let check = doctor_check(&doc, "launch");
+    assert_eq!(check["status"], "fail", "{check}");
+    assert!(
+        check["fix"].as_str().unwrap_or("").contains("pids limit"),
+        "{check}"
+    );
+    // The twin: room for every task, both go through.
+    let out = in_group("64", TARGET);
+    assert_eq!(stdout(&out), "target-ran\n", "{}", explain(&out));
+    let doc = in_group("64", DOCTOR);
+    assert_eq!(doc.status.code(), Some(0), "{}", explain(&doc));
+}

@@ -161,6 +161,52 @@ pub fn fork_target<'a>(
 }
 
 impl Forked<'_> {
+    /// For a probe (`doctor`): everything the target does before its exec (its filters, the
+    /// create guard and its helper, each a task the pids limit counts), then no go: it ends
+    /// without running anything. Its failure is the launch's.
+    pub fn probe(self) -> Result<(), StepError> {
+        let Forked {
+            mut spawned,
+            path,
+            go,
+            status,
+            guard,
+            ..
+        } = self;
+        let mut got_listener = guard.is_none();
+        if let Some(g) = guard {
+            drop(g.child_sock);
+            got_listener = crate::create_guard::receive_listener(g.init_sock.as_raw_fd()).is_ok();
+        }
+        // Not the go: the child exits before its exec (it holds a copy of this end too, so
+        // closing ours would not do).
+        let _ = nix::unistd::write(&go, b"p");
+        drop(go);
+        let mut buf = [0u8; 8];
+        let n = loop {
+            match nix::unistd::read(&status, &mut buf) {
+                Err(Errno::EINTR) => continue,
+                other => break other.unwrap_or(0),
+            }
+        };
+        // SAFETY: reaping our own child, which has not exec'd.
+        unsafe { libc::waitpid(spawned.pid, std::ptr::null_mut(), 0) };
+        spawned.released();
+        if n == 8 {
+            let kind = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            let errno = Errno::from_raw(i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]));
+            return Err(failure(kind, errno, path, got_listener));
+        }
+        if !got_listener {
+            return Err(StepError::new(
+                Step::Seccomp,
+                "cannot install the create guard: the target ended before handing over its listener",
+                None,
+            ));
+        }
+        Ok(())
+    }
+
     /// Let the target go on to its exec. Returns its pid once the exec has succeeded, and the
     /// create guard's listener when one was asked for; any failure before the exec is reported
     /// as an error (the target never ran).
@@ -260,7 +306,13 @@ fn failure(kind: i32, errno: Errno, path: &Path, got_listener: bool) -> StepErro
                 "cannot install the create guard (a seccomp user-notification filter): {errno} ({})",
                 errno.desc()
             ),
-            Some("the kernel must support SECCOMP_FILTER_FLAG_NEW_LISTENER (Linux >= 5.5); run `sandbox-launch doctor`"),
+            Some(if errno == Errno::EAGAIN {
+                // The guard's helper is a new task: refused by the pids limit.
+                crate::create_guard::PIDS_LIMIT_HINT
+            } else {
+                "the kernel must support SECCOMP_FILTER_FLAG_NEW_LISTENER (Linux >= 5.5); run \
+                 `sandbox-launch doctor`"
+            }),
         ),
         _ => {
             let hint = match errno {

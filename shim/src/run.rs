@@ -107,7 +107,7 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     // The target is started now (a clone into init's memory, see `crate::spawn`), held until
     // everything is verified: it is PID 2, shares the privileges and the Landlock domain, and
     // installs the seccomp filters itself right away, while init goes on (see
-    // `init::fork_target`). A probe (`doctor`) builds and verifies, and starts nothing.
+    // `init::fork_target`).
     let policy: Vec<libc::sock_filter> = filter
         .iter()
         .map(|i| libc::sock_filter {
@@ -118,8 +118,10 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
         })
         .collect();
     let guard_prog = create_guard::filter();
+    // A probe (`doctor`) forks the target too, never to exec (see `init::Forked::probe`): it
+    // meets what the launch meets there, the pids limit among them.
     let path = if spec.probe_only {
-        None
+        std::path::PathBuf::from("/")
     } else {
         let path_var = spec
             .env
@@ -127,37 +129,32 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
             .find(|(k, _)| k == "PATH")
             .map(|(_, v)| v.as_str());
         let program = spec.argv.first().map(String::as_str).unwrap_or("");
-        Some(init::find_program(program, path_var)?)
+        init::find_program(program, path_var)?
     };
-    let forked = match &path {
-        None => None,
-        Some(path) => {
-            let guard_setup = if guarded {
-                let (mine, theirs) = nix::sys::socket::socketpair(
-                    nix::sys::socket::AddressFamily::Unix,
-                    nix::sys::socket::SockType::SeqPacket,
-                    None,
-                    nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-                )
-                .at(Step::Seccomp)?;
-                Some(init::GuardSetup {
-                    prog: &guard_prog,
-                    child_sock: theirs,
-                    init_sock: mine,
-                })
-            } else {
-                None
-            };
-            Some(init::fork_target(
-                path,
-                &spec.argv,
-                &spec.env,
-                &spec.limits.rlimits,
-                &policy,
-                guard_setup,
-            )?)
-        }
+    let guard_setup = if guarded {
+        let (mine, theirs) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::SeqPacket,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .at(Step::Seccomp)?;
+        Some(init::GuardSetup {
+            prog: &guard_prog,
+            child_sock: theirs,
+            init_sock: mine,
+        })
+    } else {
+        None
     };
+    let forked = init::fork_target(
+        &path,
+        &spec.argv,
+        &spec.env,
+        &spec.limits.rlimits,
+        &policy,
+        guard_setup,
+    )?;
 
     // The guard's thread starts here: after the privileges and Landlock, which it shares with
     // the rest of init, and before init's seccomp filter, which is installed for both threads
@@ -200,11 +197,12 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
         let facts = serde_json::to_value(facts).at(Step::Internal)?;
         send(sync, &FromShim::Verified { facts })
     };
-    let Some(forked) = forked else {
+    if spec.probe_only {
+        forked.probe()?;
         report(&facts)?;
         send(sync, &FromShim::Exited { code: 0 })?;
         return Ok(0);
-    };
+    }
 
     let (pid, listener) = match forked.start() {
         Ok(started) => started,

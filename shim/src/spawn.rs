@@ -239,8 +239,9 @@ impl Child<'_> {
             }
         }
         // Init builds and verifies the rest of the sandbox meanwhile (EOF: it failed).
+        // Anything but the go (a probe's "p") ends it here.
         let mut go = [0u8; 1];
-        if raw::read(self.go, go.as_mut_ptr(), 1) != 1 {
+        if raw::read(self.go, go.as_mut_ptr(), 1) != 1 || go[0] != b'g' {
             libc::_exit(127);
         }
         if let Some((_, sock)) = self.guard {

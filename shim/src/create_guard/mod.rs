@@ -250,7 +250,7 @@ impl GuardThread {
                 while h.handle_one().is_ok() {}
             }
         });
-        spawned.map_err(|e| cannot_start(e.to_string()))?;
+        spawned.map_err(|e| cannot_start(e.to_string(), e.raw_os_error() == Some(libc::EAGAIN)))?;
         Ok(Starting {
             handler: handler_tx,
             ready: ready_rx,
@@ -297,8 +297,8 @@ impl Starting {
                 handler: self.handler,
                 tid,
             }),
-            Ok(Err(why)) => Err(cannot_start(why)),
-            Err(_) => Err(cannot_start("it ended during setup".into())),
+            Ok(Err(why)) => Err(cannot_start(why, false)),
+            Err(_) => Err(cannot_start("it ended during setup".into(), false)),
         }
     }
 }
@@ -321,13 +321,23 @@ fn bpf(insns: Vec<libc::sock_filter>) -> BpfProgram {
         .collect()
 }
 
-fn cannot_start(why: String) -> StepError {
+/// `no_task`: the thread's clone failed with EAGAIN, the pids limit (as for the target's own).
+fn cannot_start(why: String, no_task: bool) -> StepError {
+    let hint = if no_task {
+        PIDS_LIMIT_HINT
+    } else {
+        "run `sandbox-launch doctor`"
+    };
     StepError::new(
         Step::Seccomp,
         format!("cannot start the create guard's thread: {why}"),
-        Some("run `sandbox-launch doctor`"),
+        Some(hint),
     )
 }
+
+/// What a refused new task (EAGAIN) during the create guard's setup means.
+pub const PIDS_LIMIT_HINT: &str = "the kernel refused a new process: the pids limit is reached \
+     (--pids, a container's --pids-limit, ulimit -u); raise it";
 
 /// What the guard's thread needs to start answering.
 struct Serve {
