@@ -91,11 +91,19 @@ if [[ "${1:-}" == "--tests" ]]; then
     # Where the agent tests make their HOMEs and working directories (visible inside the
     # sandbox, unlike /tmp): sticky and world-writable, so the tests can run as any user.
     install -d -m 1777 "$(dirname "$agents_dir")/runs"
+    # Each CLI must start. With a HOME of their own, removed after: codex makes
+    # ~/.codex/tmp/arg0-linux even for --version, and a caller's HOME holding an agent's
+    # state changes what a launch plans there (root's /root, say).
+    version_home="$(dirname "$agents_dir")/version-home"
+    rm -rf "$version_home"
+    mkdir -p "$version_home"
     for cli in droid claude codex; do
-        if ! "$agents_dir/node_modules/.bin/$cli" --version >/dev/null 2>&1; then
+        if ! HOME="$version_home" "$agents_dir/node_modules/.bin/$cli" --version >/dev/null 2>&1; then
+            rm -rf "$version_home"
             echo "install-deps: $agents_dir/node_modules/.bin/$cli does not run; remove $agents_dir and run this again" >&2
             exit 1
         fi
     done
+    rm -rf "$version_home"
 fi
 echo "install-deps: ok" >&2
