@@ -17,6 +17,7 @@ use crate::{
 /// Entry point of the shim, in the child of the supervisor's clone: `spec` and the compiled
 /// seccomp `filter` are this process's copies of the supervisor's. Never returns.
 pub fn main(sync: RawFd, spec: SandboxSpec, filter: BpfProgram) -> ! {
+    sys::map_code_at_once();
     let code = match run(sync, spec, filter) {
         Ok(code) => code,
         Err(StepError(failure)) => {

@@ -342,3 +342,41 @@ pub fn read_proc(path: &str) -> std::io::Result<String> {
     }
     String::from_utf8(text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
+
+/// Map this program's code into the process at once (`MADV_POPULATE_READ`, Linux 5.14): init is
+/// a fork of the launcher, and a fork copies no page table of a file's mapping, so init, its
+/// threads and the program's process before its exec would each fault its code in, page group
+/// by page group, on the launch's way. One call for the executable segment costs ~0.13 ms here
+/// and was 1.5-3% faster end to end (interleaved launches, 1,500 rounds); the launcher itself,
+/// which faults its code in while the other CPU idles, was slower with it. Only a matter of
+/// speed: refused (an older kernel), the code is faulted in as before.
+pub fn map_code_at_once() {
+    // SAFETY: the callback only reads the program headers the loader hands it.
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        _data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `info` is valid for the call, and its headers are `dlpi_phnum` entries.
+        let info = unsafe { &*info };
+        for i in 0..usize::from(info.dlpi_phnum) {
+            // SAFETY: `i` is below the count of headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
+                let start = (info.dlpi_addr as usize + ph.p_vaddr as usize) & !4095;
+                let end = info.dlpi_addr as usize + (ph.p_vaddr + ph.p_memsz) as usize;
+                // SAFETY: an advice on a range of this process's own mapped code.
+                unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_READ)
+                };
+            }
+        }
+        // Only the program itself, the first object: a static binary has no other.
+        1
+    }
+    // SAFETY: dl_iterate_phdr with a callback that only reads the headers.
+    unsafe { libc::dl_iterate_phdr(Some(each), std::ptr::null_mut()) };
+}
+
+/// linux/mman.h (Linux 5.14).
+const MADV_POPULATE_READ: libc::c_int = 22;
