@@ -249,6 +249,10 @@ impl GuardThread {
                 let h = Handler::new(listener, &persist, events, nests);
                 while h.handle_one().is_ok() {}
             }
+            // The program is gone (or never came): the thread waits for init's end instead of
+            // ending now, when its own end (its stack unmapped, a TLB shootdown) ran on init's
+            // CPU just as init was woken to reap the program and report its exit code.
+            park();
         });
         spawned.map_err(|e| cannot_start(e.to_string(), e.raw_os_error() == Some(libc::EAGAIN)))?;
         Ok(Starting {
@@ -319,6 +323,15 @@ fn bpf(insns: Vec<libc::sock_filter>) -> BpfProgram {
             k: i.k,
         })
         .collect()
+}
+
+/// Sleep until the process ends (init's exit takes every thread along). The thread's signals
+/// are blocked like all of init's (a blocked signal does not end `pause`).
+fn park() -> ! {
+    loop {
+        // SAFETY: pause has no preconditions.
+        unsafe { libc::pause() };
+    }
 }
 
 /// `no_task`: the thread's clone failed with EAGAIN, the pids limit (as for the target's own).

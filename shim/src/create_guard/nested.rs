@@ -263,11 +263,15 @@ pub fn bind(root: &Path) -> std::io::Result<OwnedFd> {
     Ok(sock)
 }
 
-/// Answer registrations on `listener` from a thread of init, for as long as init lives.
+/// Answer registrations on `listener` from a thread of init, for as long as init lives. The
+/// thread starts on init's CPU, where it runs as soon as init waits for the program (a thread
+/// left to the kernel's choice was queued behind the program and set itself up when the
+/// program ended, beside init's last steps).
 pub fn serve(listener: OwnedFd, registry: Arc<Registry>) {
-    let spawned = std::thread::Builder::new()
-        .name("nest-registry".into())
-        .spawn(move || loop {
+    let spawned = crate::cpus::spawn(REGISTRY_STACK, crate::cpus::Start::Here, move || {
+        // SAFETY: PR_SET_NAME with a NUL-terminated name of at most 16 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c"nest-registry".as_ptr()) };
+        loop {
             // SAFETY: accept4 on a listening socket, no address wanted.
             let fd = unsafe {
                 libc::accept4(
@@ -287,10 +291,14 @@ pub fn serve(listener: OwnedFd, registry: Arc<Registry>) {
             let conn = unsafe { OwnedFd::from_raw_fd(fd) };
             let answer = register(&conn, &registry);
             let _ = crate::channel::send(conn.as_raw_fd(), &answer, &[]);
-        });
+        }
+    });
     // Without the thread nothing can register: nested launches are refused, nothing widens.
     drop(spawned);
 }
+
+/// The registry's thread decodes requests (JSON nested at most 128 deep): a std thread's stack.
+const REGISTRY_STACK: usize = 2 << 20;
 
 /// One request: the peer's own subtree is narrowed by what it sends.
 fn register(conn: &OwnedFd, registry: &Registry) -> Registered {
