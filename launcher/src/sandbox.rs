@@ -58,7 +58,7 @@ impl Prepared {
         let inputs = self.deferred_persistence.take()?;
         let placed = self.spec.persist.clone();
         Some(Box::new(move || {
-            let done = layout::complete(inputs.plan(), &placed, watch.borrow().paths());
+            let done = layout::complete(inputs.plan_to_send(), &placed, watch.borrow().paths());
             let mut persist = done.spec;
             let moved = persistence::agents::moved_rules(agents, &persist.rules);
             persist.rules.extend(moved);
