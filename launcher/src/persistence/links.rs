@@ -5,7 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::host_view::{HostView, Kind};
-use super::plain_path::{plain, split};
+use super::plain_path::{joined, plain, split};
 
 /// `p` made canonical as far as it exists: the deepest existing ancestor resolved, the rest
 /// appended as written (`..` after a missing component taken lexically). What
@@ -29,7 +29,7 @@ pub fn lenient(view: &mut HostView, p: &Path) -> PathBuf {
             Component::Normal(n) if gone => out.push(n),
             Component::Normal(n) => {
                 // `out` is canonical and exists: `out/n` is canonical unless it is a symlink.
-                let next = out.join(n);
+                let next = joined(&out, n);
                 match view.kind(&next) {
                     Kind::Dir | Kind::File | Kind::Other => out = next,
                     Kind::Missing => {
@@ -66,10 +66,12 @@ fn lenient_plain(view: &mut HostView, p: &Path) -> PathBuf {
     };
     // `base` is canonical and exists, or the rest is taken as written: it is missing (or no
     // directory: nothing is under it), or a symlink that leads nowhere.
-    if matches!(view.kind(&base), Kind::Missing | Kind::Symlink) {
-        return base.join(name);
+    let missing = matches!(view.kind(&base), Kind::Missing | Kind::Symlink);
+    let mut next = base;
+    next.push(name);
+    if missing {
+        return next;
     }
-    let next = base.join(name);
     match view.kind(&next) {
         Kind::Symlink => view.canonical(&next).unwrap_or(next),
         _ => next,
@@ -111,14 +113,18 @@ pub fn named(view: &mut HostView, p: &Path) -> PathBuf {
 /// with a table's literal) in a directory that is canonical already: nothing to make then.
 pub fn named_elsewhere(view: &mut HostView, p: &Path) -> Option<PathBuf> {
     if let Some((dir, name)) = split(p).filter(|_| plain(p)) {
-        return view
-            .lenient_dir(dir, |v| lenient(v, dir))
-            .map(|d| d.join(name));
+        return view.lenient_dir(dir, |v| lenient(v, dir)).map(|mut d| {
+            d.push(name);
+            d
+        });
     }
     let lex = lexically(p);
     let there = match (lex.parent(), lex.file_name()) {
         (Some(dir), Some(name)) => match view.lenient_dir(dir, |v| lenient(v, dir)) {
-            Some(d) => d.join(name),
+            Some(mut d) => {
+                d.push(name);
+                d
+            }
             None => lex.clone(),
         },
         _ => lex,
@@ -157,7 +163,7 @@ pub fn chain(view: &mut HostView, p: &Path) -> Vec<PathBuf> {
             .parent()
             .map(|d| lenient(view, d))
             .unwrap_or_else(|| PathBuf::from("/"));
-        let next = lexically(&dir.join(target));
+        let next = lexically(&joined(&dir, target));
         if out.contains(&next) {
             break;
         }

@@ -95,13 +95,13 @@ fn home_names(home: &Path, roots: &[PathBuf], covered: bool) -> Vec<PathBuf> {
         .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)));
     if !plain_path::plain(home) || !roots.iter().all(|r| plain_path::plain(r)) {
         return names
-            .map(|p| home.join(p))
+            .map(|p| plain_path::joined(home, p))
             .filter(|p| roots.iter().any(|r| p.starts_with(r)) == covered)
             .collect();
     }
     if roots.iter().any(|r| plain_path::under(home, r)) {
         return if covered {
-            names.map(|p| home.join(p)).collect()
+            names.map(|p| plain_path::joined(home, p)).collect()
         } else {
             Vec::new()
         };
@@ -118,7 +118,7 @@ fn home_names(home: &Path, roots: &[PathBuf], covered: bool) -> Vec<PathBuf> {
             let under = |r: &&[u8]| n.starts_with(r) && (n.len() == r.len() || n[r.len()] == below);
             inside.iter().any(under) == covered
         })
-        .map(|p| home.join(p))
+        .map(|p| plain_path::joined(home, p))
         .collect()
 }
 
@@ -159,7 +159,7 @@ pub fn named_at_launch(
                 s.patterns
                     .iter()
                     .filter_map(|p| literal(p))
-                    .map(|p| root.join(p)),
+                    .map(|p| plain_path::joined(root, p)),
             );
         }
         let dotgit = root.join(".git");
@@ -259,7 +259,7 @@ mod tests {
             .iter()
             .filter(|s| s.scope == Scope::Home)
             .flat_map(|s| s.patterns.iter().filter_map(|p| literal(p)))
-            .map(|p| home.join(p))
+            .map(|p| plain_path::joined(home, p))
             .collect();
         for roots in [
             vec!["/home/u"],
