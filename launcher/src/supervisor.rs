@@ -183,7 +183,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
         launch
             .around_clone
             .filter(|h| h.wait_for_init())
-            .map(|_| (shim_proc.pid, shim_proc.sync.as_raw_fd())),
+            .map(|_| shim_proc.pid),
     );
     let sync = shim_proc.sync.as_raw_fd();
     let mut plan_unsent = None;
@@ -220,7 +220,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
             Ok(None) | Err(_) => {
                 // The shim went away without a word: it died before it could report.
-                let code = wait_exit(shim_proc.pid, sync);
+                let code = wait_exit(shim_proc.pid);
                 if let Some(e) = plan_unsent {
                     return Err(StepError::new(
                         Step::Mounts,
@@ -288,11 +288,11 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
             }
             // After Started; or, for a probe (`doctor`), right after Verified.
             (FromShim::Exited { code }, _) => {
-                wait_exit(shim_proc.pid, sync);
+                wait_exit(shim_proc.pid);
                 return Ok(code);
             }
             (FromShim::Failed(failure), _) => {
-                wait_exit(shim_proc.pid, sync);
+                wait_exit(shim_proc.pid);
                 return Err(StepError(failure));
             }
         }
@@ -312,7 +312,7 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
     violations.finish();
     if timed_out {
         // "Nothing left" includes init itself, which may still be ending.
-        wait_exit(shim_proc.pid, sync);
+        wait_exit(shim_proc.pid);
         let after = crate::limits::quantity::show_duration(launch.timeout.unwrap_or_default());
         crate::say!("sandbox-launch: the program ran out of time (--timeout {after}) and was stopped, with everything it started");
         launch
@@ -327,12 +327,12 @@ pub fn drive(mut launch: Launch<'_>) -> Result<i32, StepError> {
 }
 
 /// Reap the shim when dropped (see [`AroundClone`]); a shim already reaped is fine.
-struct ReapAtEnd(Option<(libc::pid_t, RawFd)>);
+struct ReapAtEnd(Option<libc::pid_t>);
 
 impl Drop for ReapAtEnd {
     fn drop(&mut self) {
-        if let Some((pid, sync)) = self.0 {
-            wait_exit(pid, sync);
+        if let Some(pid) = self.0 {
+            wait_exit(pid);
         }
     }
 }
@@ -345,11 +345,8 @@ fn describe_exit(code: i32) -> String {
     }
 }
 
-/// Wait for the shim; its exit code (128+N for a signal). Once it has sent the program's exit
-/// code, init waits for the supervisor's end before its own (see the shim's `run`): the socket
-/// is shut down first, which lets it go.
-fn wait_exit(pid: libc::pid_t, sync: RawFd) -> i32 {
-    let _ = nix::sys::socket::shutdown(sync, nix::sys::socket::Shutdown::Both);
+/// Wait for the shim; its exit code (128+N for a signal).
+fn wait_exit(pid: libc::pid_t) -> i32 {
     let mut status = 0;
     loop {
         // SAFETY: waitpid on our own child with a valid status pointer.
@@ -455,7 +452,7 @@ fn forward_until_exit(
                     continue;
                 }
                 // Gone without a word (killed): its own status says how.
-                _ => wait_exit(pid, shim.sync.as_raw_fd()),
+                _ => wait_exit(pid),
             };
             return (code, timed_out);
         }

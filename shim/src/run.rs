@@ -243,29 +243,7 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
         unsafe { libc::close(*fd) };
     }
     let _ = channel::send(sync, &FromShim::Exited { code }, &[]);
-    linger_until_the_supervisor_ends(sync);
     Ok(code)
-}
-
-/// Init's own exit tears down the sandbox: its memory, and the mount tree (every mount, then an
-/// RCU grace period) — ~0.3 ms, which the scheduler ran on the CPU it had just woken the
-/// supervisor on, so that the launcher's own last steps and exit waited behind it (traced:
-/// the launcher's end came 0.3 ms after the program's, bwrap's 0.15 ms). Everything inside is
-/// reaped already and the exit code is sent: init now only waits for the supervisor to end (its
-/// end of the socket closes; its death also kills init, PR_SET_PDEATHSIG) or to shut the
-/// socket down, which it does before it waits for init's exit (a cgroup to remove, a timeout).
-fn linger_until_the_supervisor_ends(sync: RawFd) {
-    let mut byte = [0u8; 1];
-    loop {
-        // SAFETY: a read into a buffer of its length, on the sync socket init holds open.
-        let n = unsafe { libc::read(sync, byte.as_mut_ptr().cast(), byte.len()) };
-        if n < 0 && nix::errno::Errno::last() == nix::errno::Errno::EINTR {
-            continue;
-        }
-        if n <= 0 {
-            return;
-        }
-    }
 }
 
 /// Init's threads (the network's, the guard's, the nested sandboxes' registry) allocate little
