@@ -11,17 +11,9 @@
 //! after init has emptied the bounding set (which limits only what an exec could gain; the
 //! thread never execs and is gone before the program starts). Failures are reported in the
 //! pipeline's order: the network's first.
-//!
-//! Who makes the namespace: the thread, once the supervisor's plan no longer needs their shared
-//! CPU (see [`yield_to_the_plan`]) — unless init's main thread, halfway through the mounts,
-//! finds itself waiting for that plan ([`Network::make_here`]): it then makes the namespace on
-//! its own CPU, which would idle, and hands it to the thread, which sets up what it holds.
-//! Whoever claims the making first makes it; if init's making fails, the thread makes it (and
-//! reports what fails) as it would have.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 
 use crate::channel::{self, AtStep, FromShim, Step, StepError};
 use crate::spec::{NetworkSpec, Transparent};
@@ -43,16 +35,8 @@ enum State {
         /// The new namespace (or why there is none), as soon as it exists.
         namespace: mpsc::Receiver<Result<OwnedFd, StepError>>,
         entered: bool,
-        /// Who makes the namespace ([`UNCLAIMED`], [`BY_INIT`], [`BY_THREAD`]).
-        claim: Arc<AtomicU8>,
-        /// The namespace init made for the thread (`None`: init's making failed).
-        give: Option<mpsc::SyncSender<Option<OwnedFd>>>,
     },
 }
-
-const UNCLAIMED: u8 = 0;
-const BY_INIT: u8 = 1;
-const BY_THREAD: u8 = 2;
 
 /// Start setting the network up, for `network` (nothing for `full`).
 pub fn start(sync: RawFd, network: &NetworkSpec) -> Result<Network, StepError> {
@@ -62,33 +46,16 @@ pub fn start(sync: RawFd, network: &NetworkSpec) -> Result<Network, StepError> {
         });
     }
     let (tell, namespace) = mpsc::sync_channel(1);
-    let (give, given) = mpsc::sync_channel::<Option<OwnedFd>>(1);
-    let claim = Arc::new(AtomicU8::new(UNCLAIMED));
     let spec = network.clone();
-    let claimed = claim.clone();
     // Started on the other CPU: init goes on with the mounts on its own (see `crate::cpus`).
     let spawned = crate::cpus::spawn(NETWORK_STACK, crate::cpus::Start::Elsewhere, move || {
         yield_to_the_plan();
-        let mine = claimed
-            .compare_exchange(UNCLAIMED, BY_THREAD, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        // Init made it (or tried): join it, or make it here if init could not.
-        let from_init = if mine {
-            None
-        } else {
-            given.recv().ok().flatten()
-        };
-        let set_up = match from_init {
-            Some(ns) => network::join(&ns).and_then(|()| setup(sync, &spec)),
-            None => {
-                let made = network::enter_new();
-                let failed = made.as_ref().err().map(|e| StepError(e.0.clone()));
-                let _ = tell.send(made);
-                match failed {
-                    Some(e) => Err(e),
-                    None => setup(sync, &spec),
-                }
-            }
+        let made = network::enter_new();
+        let failed = made.as_ref().err().map(|e| StepError(e.0.clone()));
+        let _ = tell.send(made);
+        let set_up = match failed {
+            Some(e) => Err(e),
+            None => setup(sync, &spec),
         };
         // SAFETY: gettid has no preconditions.
         (unsafe { libc::gettid() }, set_up)
@@ -105,42 +72,11 @@ pub fn start(sync: RawFd, network: &NetworkSpec) -> Result<Network, StepError> {
             handle,
             namespace,
             entered: false,
-            claim,
-            give: Some(give),
         },
     })
 }
 
 impl Network {
-    /// Init's main thread would wait (for the supervisor's plan, which the network's thread
-    /// yields to on their shared CPU): make the namespace here instead, unless the thread has
-    /// begun to. Init is then in it; the thread joins it and sets up what it holds. Only a
-    /// matter of speed: if the making fails here, the thread makes it as it would have, and
-    /// reports its failure.
-    pub fn make_here(&mut self) {
-        let State::Thread {
-            entered,
-            claim,
-            give,
-            ..
-        } = &mut self.state
-        else {
-            return;
-        };
-        if claim
-            .compare_exchange(UNCLAIMED, BY_INIT, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return;
-        }
-        let Some(give) = give.take() else {
-            return;
-        };
-        let made = network::enter_new().ok();
-        *entered = made.is_some();
-        let _ = give.send(made);
-    }
-
     /// Move the calling thread (init's main thread, which forks the program) into the new
     /// namespace, once it exists; what it holds may still be on its way. Verification checks,
     /// from this thread, that it holds only `lo`.

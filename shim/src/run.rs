@@ -53,7 +53,7 @@ fn run(sync: RawFd, mut spec: SandboxSpec, filter: BpfProgram) -> Result<i32, St
     set_hostname(&spec.hostname)?;
 
     let mut network = network_thread::start(sync, &spec.network)?;
-    if let Err(e) = build(sync, &mut spec, &mut network) {
+    if let Err(e) = build(sync, &mut spec) {
         return Err(network.first_failure(e));
     }
     // Until the network's thread is joined, what needs neither the network nor lesser
@@ -281,45 +281,11 @@ fn send(sync: RawFd, msg: &FromShim) -> Result<(), StepError> {
 /// Init's side of the setup before the network's thread is joined: the mount tree built and
 /// entered (what does not depend on the persistence binds first: they may still be on their
 /// way from the supervisor).
-fn build(
-    sync: RawFd,
-    spec: &mut SandboxSpec,
-    network: &mut network_thread::Network,
-) -> Result<(), StepError> {
+fn build(sync: RawFd, spec: &mut SandboxSpec) -> Result<(), StepError> {
     mounts::build_base(&spec.mounts)?;
     let done = mounts::build_ops_before_persistence(&spec.mounts)?;
-    // Where the plan is still being made (a home and a checkout with much to protect), init
-    // would idle until it comes: it makes the network namespace meanwhile (see
-    // `network_thread`). A plan about to come is not waited out that way: making a namespace
-    // takes ~0.5 ms that nothing preempts.
-    if spec
-        .mounts
-        .ops
-        .contains(&crate::spec::MountOp::PersistenceBinds)
-        && !readable_within(sync, PLAN_GRACE)
-    {
-        network.make_here();
-    }
     receive_persistence(sync, spec)?;
     mounts::build_ops(&spec.mounts, done)
-}
-
-/// How long init waits for the persistence plan before it makes the network namespace itself.
-const PLAN_GRACE: std::time::Duration = std::time::Duration::from_micros(100);
-
-/// Whether `fd` has something to read within `wait`.
-fn readable_within(fd: RawFd, wait: std::time::Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let timeout = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: wait.as_nanos() as libc::c_long,
-    };
-    // SAFETY: one valid pollfd, a valid timeout, no signal mask.
-    unsafe { libc::ppoll(&mut pfd, 1, &timeout, std::ptr::null()) > 0 }
 }
 
 /// Only stdin, stdout, stderr, the sync socket and the descriptors named explicitly cross into
