@@ -122,6 +122,24 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 mod tests {
     use super::*;
 
+    /// `joined` is `Path::join`: an absolute second part replaces, an empty one adds a
+    /// separator, a relative one is appended with exactly one.
+    #[test]
+    fn joined_is_path_join() {
+        let bases = ["/", "/a", "/a/", "a", "", "/a/b.c"];
+        let rels = ["b", "b/c", "/abs", "", ".git/hooks", "../x"];
+        for b in bases {
+            for r in rels {
+                // Byte for byte: the plan keys its answers by a path's bytes.
+                assert_eq!(
+                    joined(Path::new(b), r).as_os_str(),
+                    Path::new(b).join(r).as_os_str(),
+                    "{b:?} + {r:?}"
+                );
+            }
+        }
+    }
+
     /// Paths that are plain and paths that are not, with the names that order differently by
     /// bytes and by components (`a.b` and `a/b`, `a` and `a-`, `a` and `a/`), a separator's
     /// neighbours in ASCII and bytes above ASCII.
