@@ -347,8 +347,9 @@ pub fn read_proc(path: &str) -> std::io::Result<String> {
 /// a fork of the launcher, and a fork copies no page table of a file's mapping, so init, its
 /// threads and the program's process before its exec would each fault its code in, page group
 /// by page group, on the launch's way. One call for the executable segment costs ~0.13 ms here
-/// and was 1.5-3% faster end to end (interleaved launches, 1,500 rounds); the launcher itself,
-/// which faults its code in while the other CPU idles, was slower with it. Only a matter of
+/// and was ~1% faster end to end in a developer's setting, the same in an empty one
+/// (interleaved launches, 1,200 rounds in each order); the launcher itself, which faults its
+/// code in while the other CPU idles, was slower with it. Only a matter of
 /// speed: refused (an older kernel), the code is faulted in as before.
 pub fn map_code_at_once() {
     // SAFETY: the callback only reads the program headers the loader hands it.
