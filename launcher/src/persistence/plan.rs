@@ -332,7 +332,9 @@ pub fn plan(req: &Request<'_>) -> Protections {
         .retain(|p| !out.spec.overrides.iter().any(|o| under(p, o)) || inside_denied(p, &out.spec));
     let set: BTreeSet<PathBuf> = out.read_only.drain(..).collect();
     out.read_only = set.into_iter().collect();
-    plain_path::sort_dedup(&mut out.missing);
+    // Each once, in the order found (what the watch finds at the end is sorted there): sorted
+    // here, the few hundred names of a developer's setting were a tenth of the plan.
+    plain_path::dedup(&mut out.missing);
     out
 }
 

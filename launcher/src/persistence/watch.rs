@@ -158,7 +158,7 @@ impl Watch {
             .collect()
     }
 
-    /// The paths that exist now.
+    /// The paths that exist now, sorted.
     pub fn appeared(&self) -> Vec<PathBuf> {
         let suspects = self.suspects();
         if suspects.is_empty() {
@@ -167,10 +167,12 @@ impl Watch {
         // A fresh view: what is there now, each directory asked about read once.
         let mut view = HostView::new();
         view.expect(&suspects);
-        suspects
+        let mut there: Vec<PathBuf> = suspects
             .into_iter()
             .filter(|p| view.kind(p) != Kind::Missing)
-            .collect()
+            .collect();
+        super::plain_path::sort_dedup(&mut there);
+        there
     }
 }
 
