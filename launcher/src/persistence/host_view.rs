@@ -26,7 +26,7 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use nix::sys::statfs;
 
-use super::plain_path::{plain, split};
+use super::plain_path::{plain, split, split_name};
 
 /// What is at a path, not following a symlink there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +199,10 @@ impl HostView {
 
     /// What `symlink_metadata(p)` says `p` is (an error: missing).
     pub fn kind(&mut self, p: &Path) -> Kind {
+        // Kept, or in its directory's listing (nothing to keep then).
+        if let Some(k) = self.known(p) {
+            return k;
+        }
         // Paths compare by components (`a/link/` equals `a/link`): only plain ones are kept.
         if !plain(p) {
             return if p == Path::new("/") {
@@ -206,10 +210,6 @@ impl HostView {
             } else {
                 lstat(p)
             };
-        }
-        // Kept, or in its directory's listing (nothing to keep then).
-        if let Some(k) = self.known_plain(p) {
-            return k;
         }
         let (k, keep) = self.look(p);
         if keep {
@@ -267,9 +267,11 @@ impl HostView {
     /// `paths` are about to be asked: each directory holding more of them than a few is read
     /// now (outermost first, so that what is under a missing directory is known missing).
     pub fn expect(&mut self, paths: &[PathBuf]) {
+        // Counted per directory for the plain paths only: a name's path is plain when its
+        // directory is (see `split_name`), asked once per directory.
         let mut per_dir: HashMap<&OsStr, u32, BuildHasherDefault<Quick>> = HashMap::default();
         for p in paths {
-            if let Some((d, _)) = split(p).filter(|_| plain(p)) {
+            if let Some((d, _)) = split_name(p) {
                 *per_dir.entry(d.as_os_str()).or_default() += 1;
             }
         }
@@ -277,6 +279,7 @@ impl HostView {
             .into_iter()
             .filter(|(_, n)| *n > LOOKUPS_BEFORE_READING)
             .map(|(d, _)| Path::new(d))
+            .filter(|d| d.as_os_str() == "/" || plain(d))
             .collect();
         dirs.sort_by_key(|d| d.components().count());
         for d in dirs {
@@ -292,19 +295,13 @@ impl HostView {
     }
 
     /// What is known of `p` without asking the host: kept, or in its directory's listing.
+    /// Only plain paths are kept and only their directories held, so neither answers for any
+    /// other path, and neither needs `plain`'s look at the whole of `p` (see `split_name`).
     fn known(&self, p: &Path) -> Option<Kind> {
-        if !plain(p) {
-            return self.kinds.get(p.as_os_str()).copied();
-        }
-        self.known_plain(p)
-    }
-
-    /// [`HostView::known`] of a plain `p`.
-    fn known_plain(&self, p: &Path) -> Option<Kind> {
         if let Some(k) = self.kinds.get(p.as_os_str()) {
             return Some(*k);
         }
-        let (dir, name) = split(p)?;
+        let (dir, name) = split_name(p)?;
         match self.dirs.get(dir.as_os_str())? {
             Listing::Read(names) => match names.get(name) {
                 None => Some(Kind::Missing),

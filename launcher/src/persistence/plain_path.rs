@@ -111,6 +111,21 @@ pub fn split(p: &Path) -> Option<(&Path, &OsStr)> {
     ))
 }
 
+/// [`split`], only where the name is one a plain path can end with (not empty, `.` or `..`)
+/// and a single separator stands before it: then `p` is plain exactly when its directory is
+/// `/` or plain — a question of a directory, which a plan asks of a few, not of each of the
+/// hundreds of names in them.
+pub fn split_name(p: &Path) -> Option<(&Path, &OsStr)> {
+    let b = p.as_os_str().as_bytes();
+    let i = b.iter().rposition(|c| *c == b'/')?;
+    let name = &b[i + 1..];
+    if name.is_empty() || name == b"." || name == b".." || (i > 0 && b[i - 1] == b'/') {
+        return None;
+    }
+    let dir = if i == 0 { &b[..1] } else { &b[..i] };
+    Some((Path::new(OsStr::from_bytes(dir)), OsStr::from_bytes(name)))
+}
+
 /// `p.starts_with(root)`: `root` itself or a path below it.
 pub fn under(p: &Path, root: &Path) -> bool {
     if !(plain(p) && plain(root)) {
@@ -120,9 +135,23 @@ pub fn under(p: &Path, root: &Path) -> bool {
     p.starts_with(r) && (p.len() == r.len() || p[r.len()] == b'/')
 }
 
+/// Whether every path of `paths` is plain: a plan's lists are a few hundred names in a few
+/// directories, in runs of the same directory, which is looked at once per run.
+fn all_plain(paths: &[PathBuf]) -> bool {
+    let mut last_dir: Option<&OsStr> = None;
+    paths.iter().all(|p| match split_name(p) {
+        Some((d, _)) if Some(d.as_os_str()) == last_dir => true,
+        Some((d, _)) if d.as_os_str() == "/" || plain(d) => {
+            last_dir = Some(d.as_os_str());
+            true
+        }
+        _ => false,
+    })
+}
+
 /// Sort `paths` in `Path`'s order and drop repeated ones, as `sort()` then `dedup()` do.
 pub fn sort_dedup(paths: &mut Vec<PathBuf>) {
-    if !paths.iter().all(|p| plain(p)) {
+    if !all_plain(paths) {
         paths.sort();
         paths.dedup();
         return;
@@ -135,7 +164,7 @@ pub fn sort_dedup(paths: &mut Vec<PathBuf>) {
 /// names a few hundred paths whose order nothing needs). Paths that are not all plain are
 /// sorted and deduplicated instead.
 pub fn dedup(paths: &mut Vec<PathBuf>) {
-    if !paths.iter().all(|p| plain(p)) {
+    if !all_plain(paths) {
         sort_dedup(paths);
         return;
     }
@@ -331,6 +360,34 @@ mod tests {
             proptest::sample::select(vec![b'/', b'.', b'a', b'-', 0, 1, 0x2e ^ 0x80, 0xe9]), 0..40)) {
             let p = Path::new(OsStr::from_bytes(&b));
             proptest::prop_assert_eq!(plain(p), plain_by_components(p), "{:?}", p);
+        }
+    }
+
+    proptest::proptest! {
+        /// A path is plain exactly when `split_name` takes a name from it and its directory is
+        /// `/` or plain.
+        #[test]
+        fn a_plain_path_is_a_name_in_a_plain_directory(b in proptest::collection::vec(
+            proptest::sample::select(vec![b'/', b'.', b'a', b'-']), 0..16)) {
+            let p = Path::new(OsStr::from_bytes(&b));
+            let by_name = split_name(p)
+                .is_some_and(|(d, _)| d.as_os_str() == "/" || plain(d));
+            proptest::prop_assert_eq!(by_name, plain(p), "{:?}", p);
+        }
+
+        /// `all_plain` is `all(plain)`, over lists with runs of one directory.
+        #[test]
+        fn all_plain_is_every_path_plain(bs in proptest::collection::vec(
+            proptest::collection::vec(proptest::sample::select(vec![b'/', b'.', b'a']), 0..8),
+            0..8)) {
+            let paths: Vec<PathBuf> = bs
+                .iter()
+                .flat_map(|b| {
+                    let p = PathBuf::from(OsStr::from_bytes(b));
+                    [p.clone(), p.join("x"), p]
+                })
+                .collect();
+            proptest::prop_assert_eq!(all_plain(&paths), paths.iter().all(|p| plain(p)));
         }
     }
 
