@@ -114,7 +114,7 @@ impl PersistSpec {
 }
 
 /// One protected path or family of paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Eq)]
 pub struct ProtectRule {
     /// `None`: matched at any depth (in every writable tree, below it and at it); `Some(dir)`:
     /// relative to `dir`.
@@ -125,6 +125,17 @@ pub struct ProtectRule {
     /// The surface it protects (said in refusals and by `check`). Shared by the rules of one
     /// surface (a dozen texts for ~110 rules).
     pub surface: Arc<str>,
+}
+
+/// Field by field, the pattern first: rules are compared by the hundred when a plan merges its
+/// lists, and most differ in their short patterns, while an anchor (a `PathBuf`) compares
+/// component by component.
+impl PartialEq for ProtectRule {
+    fn eq(&self, other: &Self) -> bool {
+        self.pattern == other.pattern
+            && self.surface == other.surface
+            && self.anchor == other.anchor
+    }
 }
 
 /// The filesystem layout. Paths are absolute and as seen inside; `source` paths are host paths.
