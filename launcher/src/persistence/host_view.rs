@@ -264,6 +264,12 @@ impl HostView {
         p
     }
 
+    /// Whether [`HostView::lenient_dir`] has an answer kept for `dir` (kept only for `/` and
+    /// plain directories).
+    pub fn has_lenient_dir(&self, dir: &Path) -> bool {
+        self.lenient.contains_key(dir.as_os_str())
+    }
+
     /// `paths` are about to be asked: each directory holding more of them than a few is read
     /// now (outermost first, so that what is under a missing directory is known missing).
     pub fn expect(&mut self, paths: &[PathBuf]) {

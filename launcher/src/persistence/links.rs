@@ -5,7 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::host_view::{HostView, Kind};
-use super::plain_path::{joined, plain, split};
+use super::plain_path::{joined, plain, split, split_name};
 
 /// `p` made canonical as far as it exists: the deepest existing ancestor resolved, the rest
 /// appended as written (`..` after a missing component taken lexically). What
@@ -112,7 +112,12 @@ pub fn named(view: &mut HostView, p: &Path) -> PathBuf {
 /// [`named`] when that is not `p` as written. Most names a plan asks are plain (a root joined
 /// with a table's literal) in a directory that is canonical already: nothing to make then.
 pub fn named_elsewhere(view: &mut HostView, p: &Path) -> Option<PathBuf> {
-    if let Some((dir, name)) = split(p).filter(|_| plain(p)) {
+    // `p` is plain: a name in `/` or in a plain directory (see `split_name`), which a kept
+    // answer for the directory shows without looking at it.
+    let plain_dir = |view: &HostView, dir: &Path| {
+        view.has_lenient_dir(dir) || dir.as_os_str() == "/" || plain(dir)
+    };
+    if let Some((dir, name)) = split_name(p).filter(|(dir, _)| plain_dir(view, dir)) {
         return view.lenient_dir(dir, |v| lenient(v, dir)).map(|mut d| {
             d.push(name);
             d
