@@ -130,11 +130,16 @@ pub struct ProtectRule {
 /// Field by field, the pattern first: rules are compared by the hundred when a plan merges its
 /// lists, and most differ in their short patterns, while an anchor (a `PathBuf`) compares
 /// component by component.
+/// Every field is named, so that one added later cannot be left out of the comparison (rules
+/// that compared equal would be merged into one).
 impl PartialEq for ProtectRule {
     fn eq(&self, other: &Self) -> bool {
-        self.pattern == other.pattern
-            && self.surface == other.surface
-            && self.anchor == other.anchor
+        let ProtectRule {
+            anchor,
+            pattern,
+            surface,
+        } = self;
+        *pattern == other.pattern && *surface == other.surface && *anchor == other.anchor
     }
 }
 
