@@ -183,6 +183,78 @@ fn runs_as_pid_2_under_init_with_its_own_hostname() {
     }
 }
 
+/// The launcher is its own C `main` (no Rust runtime start-up, see `process_start`): started
+/// with its standard input and output closed, it puts `/dev/null` there before it opens
+/// anything, so that nothing it opens (its policy, its control socket) becomes the program's
+/// stdin or stdout.
+#[test]
+fn closed_standard_descriptors_become_dev_null() {
+    use std::os::unix::process::CommandExt;
+    for caller in CALLERS {
+        let work = TempDir::new("closedfds");
+        let mut cmd = command(
+            caller,
+            &work.path,
+            &[
+                "whole-process",
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                "import os, sys; print(os.readlink('/proc/self/fd/0'), file=sys.stderr); \
+                 print(os.readlink('/proc/self/fd/1'), file=sys.stderr); print('unseen')",
+            ],
+        );
+        // SAFETY: only close(2) between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::close(0);
+                libc::close(1);
+                Ok(())
+            });
+        }
+        let out = cmd.output().expect("run sandbox-launch");
+        assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+        let err = stderr(&out);
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines.len() >= 2 && lines[0] == "/dev/null" && lines[1] == "/dev/null",
+            "{}",
+            explain(&out)
+        );
+    }
+}
+
+/// SIGPIPE is ignored, as Rust's own start-up would have set it: a command writing to a pipe
+/// nobody reads fails with EPIPE (a panic, exit code 101) instead of being killed by the
+/// signal; its allowed twin prints in full to a pipe that is read.
+#[test]
+fn a_closed_pipe_is_an_error_not_a_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    for caller in CALLERS {
+        let work = TempDir::new("sigpipe");
+        let read = command(caller, &work.path, &["check"]).output().unwrap();
+        assert_eq!(read.status.code(), Some(0), "{}", explain(&read));
+        assert!(stdout(&read).contains("policy files"), "{}", explain(&read));
+
+        let mut child = command(caller, &work.path, &["check"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.signal(),
+            None,
+            "killed by a signal: {}",
+            explain(&out)
+        );
+        assert_eq!(out.status.code(), Some(101), "{}", explain(&out));
+        assert!(stderr(&out).contains("Broken pipe"), "{}", explain(&out));
+    }
+}
+
 #[test]
 fn missing_program_is_reported_and_exits_127() {
     for caller in CALLERS {

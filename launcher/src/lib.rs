@@ -21,6 +21,7 @@ pub mod namespaces;
 pub mod nest;
 pub mod persistence;
 pub mod policy;
+pub mod process_start;
 pub mod prompt;
 pub mod proxy;
 pub mod reload;

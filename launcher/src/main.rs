@@ -2,10 +2,27 @@
 //! Linux sandbox. See README.md and DESIGN.md.
 
 #![deny(clippy::print_stderr)]
+#![cfg_attr(not(test), no_main)]
 
 use sandbox_launch::{cli, control, doctor, login, persistence, policy, prompt, sandbox, worktree};
 
-fn main() {
+/// The process's entry, called by the C library: Rust's runtime start-up is not run (see
+/// `sandbox_launch::process_start`). A panic ends the process with exit code 101, as it would
+/// have (the panic hook has printed it); it must not unwind out of this function.
+#[cfg(not(test))]
+#[no_mangle]
+pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    sandbox_launch::process_start::prepare();
+    match std::panic::catch_unwind(run) {
+        Ok(never) => match never {},
+        Err(_) => std::process::exit(101),
+    }
+}
+
+/// Parse the command line and run the command; never returns (`std::process::exit` flushes
+/// stdout).
+#[cfg_attr(test, allow(dead_code))]
+fn run() -> ! {
     let args: Vec<String> = std::env::args().collect();
     let cli = match login::rewrite(&args) {
         Ok(Some(rewritten)) => cli::parse(&rewritten),
