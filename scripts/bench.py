@@ -7,6 +7,7 @@ Every number comes from this run; ratios compare rows measured minutes apart on 
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -153,8 +154,9 @@ def fmt(v, unit):
         return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
     return f"{v:.2f}"
 
-def add_group(section, what, unit, results, lower_is_better=True, baseline=None):
-    """results: tool -> (median, lo, hi) or str (why not measured)."""
+def add_group(section, what, unit, results, lower_is_better=True, baseline=None, ratios=None):
+    """results: tool -> (median, lo, hi) or str (why not measured); ratios: tool -> its ratio to
+    the best peer when measured otherwise than from the medians (the launch rows')."""
     peer_meds = [v[0] for k, v in results.items() if k in PEERS and isinstance(v, tuple)]
     best = (min(peer_meds) if lower_is_better else max(peer_meds)) if peer_meds else None
     for tool, v in results.items():
@@ -163,7 +165,7 @@ def add_group(section, what, unit, results, lower_is_better=True, baseline=None)
             continue
         ratio = ""
         if best and tool not in ("bare", "unshare", "direct", "any seccomp filter"):
-            ratio = f"{v[0] / best:.2f}×"
+            ratio = f"{(ratios or {}).get(tool, v[0] / best):.2f}×"
         note = ""
         if baseline and baseline in results and isinstance(results[baseline], tuple) and tool != baseline:
             b = results[baseline][0]
@@ -172,8 +174,13 @@ def add_group(section, what, unit, results, lower_is_better=True, baseline=None)
 
 # Launch times drift on a shared VM by more than the differences measured (the same row moved by
 # 10-20% between two runs minutes apart with 6 rounds of 10): the tools take turns in many short
-# rounds (3 runs each), each round in a rotated order (no tool always follows srt's node), so
-# drift falls on all of them alike, and each row pools its runs of every round.
+# rounds (3 runs each), each round in an order drawn anew, and a launch row's ratio is the median
+# over the rounds of its round's median against the best peer's in the same round, so drift
+# between rounds cancels. Drawn, not rotated: a launch leaves work behind (the kernel tears its
+# network and IPC namespaces down afterwards, on its workers), which lands on the next one, and
+# a rotation keeps the same tool before each tool in every round (two copies of one build
+# measured 0.945x and 0.931x bwrap so; drawn, 0.938x and 0.939x). The median column pools every
+# run of every round.
 ROUNDS = 4 if QUICK else 20
 
 def launch_rows():
@@ -194,23 +201,44 @@ def launch_rows():
                 res[tool] = f"fails here: {why[:80]}"
                 continue
             times[tool] = []
+        order = random.Random(f"launch {who}")  # the same draws in every run of the script
+        by_round = {tool: {} for tool in times}  # tool -> round -> that round's median
         for r in range(ROUNDS):
             tools = list(times)
-            for tool in tools[r % len(tools):] + tools[:r % len(tools)]:
+            order.shuffle(tools)
+            for tool in tools:
                 if tool not in times:
                     continue
                 home, cwd = setting(tool, unpriv)
                 try:
-                    times[tool] += hyperfine_times(runners()[tool] + ["/bin/true"], unpriv, cwd=cwd,
-                                                   runs=max(RUNS // ROUNDS, 3), warmup=1, home=home)
+                    t = hyperfine_times(runners()[tool] + ["/bin/true"], unpriv, cwd=cwd,
+                                        runs=max(RUNS // ROUNDS, 3), warmup=1, home=home)
                 except subprocess.CalledProcessError:
                     res[tool] = "fails here: some of the runs exited non-zero"
                     del times[tool]
+                    continue
+                times[tool] += t
+                by_round[tool][r] = statistics.median(t)
         for tool, t in times.items():
             res[tool] = summary(t)
         # Keep the runners' order in the table.
         res = {tool: res[tool] for tool in runners() if tool in res}
-        add_group("launch", f"/bin/true, as {who}", "ms", res, baseline="unshare")
+        add_group("launch", f"/bin/true, as {who}", "ms", res, baseline="unshare",
+                  ratios=round_ratios(by_round, times))
+
+def round_ratios(by_round, times):
+    """Each measured tool's median over the rounds of (its round median / the best peer's round
+    median), the best peer being the one with the lowest pooled median."""
+    peers = [p for p in PEERS if p in times]
+    if not peers:
+        return {}
+    best = min(peers, key=lambda p: statistics.median(times[p]))
+    ratios = {}
+    for tool in times:
+        per = [m / by_round[best][r] for r, m in by_round[tool].items() if r in by_round[best]]
+        if per:
+            ratios[tool] = statistics.median(per)
+    return ratios
 
 def syscall_rows():
     ops = [("getppid", 2_000_000 if not QUICK else 500_000), ("openclose", 200_000 if not QUICK else 50_000),
@@ -337,8 +365,9 @@ def main():
             os.unlink(os.path.join(SRT_TMP, left))
     # Others' load on a shared machine moves every row; the table says how much there was.
     print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine; "
-          f"launch rows: {ROUNDS} interleaved rounds) "
-          "or 5 loops (syscalls); ratio = median / best peer's median (peers: bwrap, srt, nsjail); "
+          f"launch rows: {ROUNDS} rounds in drawn order) "
+          "or 5 loops (syscalls); ratio = median / best peer's median (peers: bwrap, srt, nsjail; "
+          "launch rows: the median over the rounds of the round's medians' ratio); "
           f"load average {LOAD_START:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.\n")
     print("| section | measurement | tool | median | min–max | unit | × best peer | note |")
     print("| --- | --- | --- | ---: | ---: | --- | ---: | --- |")
