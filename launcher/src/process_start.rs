@@ -14,26 +14,40 @@
 
 /// Open `/dev/null` on whichever of 0, 1 and 2 is closed, and ignore SIGPIPE.
 pub fn prepare() {
+    for fd in closed_standard_descriptors() {
+        // SAFETY: open with a constant path; the lowest free descriptor is `fd`, as the ones
+        // below it are open (they come in order, each closed one opened here).
+        let opened = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        if opened != fd {
+            // Nothing safe to write to: the same as Rust's own start-up does.
+            std::process::abort();
+        }
+    }
+    // SAFETY: setting a signal's disposition to ignore.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// Which of 0, 1 and 2 are closed, in order: one `poll`, or where it fails (no memory, or a
+/// sandbox that refuses it) a `fcntl` each, as Rust's start-up asks.
+fn closed_standard_descriptors() -> Vec<libc::c_int> {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
         events: 0,
         revents: 0,
     });
     // SAFETY: poll on a local array of three entries, without waiting.
-    let polled = unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) };
-    if polled > 0 {
-        for p in fds {
-            if p.revents & libc::POLLNVAL != 0 {
-                // SAFETY: open with a constant path; the lowest free descriptor is `p.fd`, as
-                // the ones below it are open (checked in order).
-                let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
-                if fd != p.fd {
-                    // Nothing safe to write to: the same as Rust's own start-up does.
-                    std::process::abort();
-                }
-            }
-        }
+    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } >= 0 {
+        return fds
+            .iter()
+            .filter(|p| p.revents & libc::POLLNVAL != 0)
+            .map(|p| p.fd)
+            .collect();
     }
-    // SAFETY: setting a signal's disposition to ignore.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    (0..3)
+        .filter(|&fd| {
+            // SAFETY: F_GETFD only reads the descriptor's flags.
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            flags == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
+        })
+        .collect()
 }
