@@ -224,6 +224,45 @@ fn closed_standard_descriptors_become_dev_null() {
     }
 }
 
+/// Where a standard descriptor is closed and `/dev/null` cannot be opened in its place (a `/dev`
+/// without it), the launcher refuses before doing anything, saying why and what to do (Rust's
+/// own start-up aborted without a word); its twin, with the descriptor open, runs.
+#[test]
+fn a_closed_descriptor_without_dev_null_is_refused_with_the_reason() {
+    for caller in CALLERS {
+        let work = TempDir::new("nodevnull");
+        let run = |close: &str| {
+            let script = format!(
+                "mount -t tmpfs tmpfs /dev && exec {} --version {close}",
+                integration::launcher().display()
+            );
+            integration::command_with(
+                std::path::Path::new("/usr/bin/unshare"),
+                caller,
+                &work.path,
+                &["--user", "--map-root-user", "--mount", "sh", "-c", &script],
+            )
+            .output()
+            .expect("run unshare")
+        };
+        let refused = run("<&-");
+        assert_eq!(refused.status.code(), Some(110), "{}", explain(&refused));
+        assert!(
+            stderr(&refused)
+                .contains("descriptor 0 (standard input) is closed and /dev/null cannot be opened"),
+            "{}",
+            explain(&refused)
+        );
+        let runs = run("");
+        assert_eq!(runs.status.code(), Some(0), "{}", explain(&runs));
+        assert!(
+            stdout(&runs).starts_with("sandbox-launch "),
+            "{}",
+            explain(&runs)
+        );
+    }
+}
+
 /// SIGPIPE is ignored, as Rust's own start-up would have set it: a command writing to a pipe
 /// nobody reads fails with EPIPE (a panic, exit code 101) instead of being killed by the
 /// signal; its allowed twin prints in full to a pipe that is read.

@@ -10,7 +10,8 @@
 //! ignored (a write to a closed pipe or socket fails with EPIPE instead of killing the
 //! launcher). Without the handler, a stack overflow ends the process by SIGSEGV without a
 //! message; a panic on the main thread is named `<unnamed>` rather than `main`, and still ends
-//! the process with exit code 101 (see `main.rs`).
+//! the process with exit code 101 (see `main.rs`). Where `/dev/null` cannot be opened, Rust's
+//! start-up aborted without a word; this says why and exits 110.
 
 /// Open `/dev/null` on whichever of 0, 1 and 2 is closed, and ignore SIGPIPE.
 pub fn prepare() {
@@ -19,8 +20,7 @@ pub fn prepare() {
         // below it are open (they come in order, each closed one opened here).
         let opened = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
         if opened != fd {
-            // Nothing safe to write to: the same as Rust's own start-up does.
-            std::process::abort();
+            refuse_without_dev_null(fd, std::io::Error::last_os_error());
         }
     }
     // SAFETY: setting a signal's disposition to ignore.
@@ -50,4 +50,19 @@ fn closed_standard_descriptors() -> Vec<libc::c_int> {
             flags == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
         })
         .collect()
+}
+
+/// Descriptor `fd` is closed and `/dev/null` cannot take its place: whatever the launcher
+/// opened next would. Said on stderr when that is open (a plain write: nothing else is set up),
+/// and the launcher ends with the internal-error code before it has done anything.
+fn refuse_without_dev_null(fd: libc::c_int, why: std::io::Error) -> ! {
+    let text = format!(
+        "sandbox-launch: descriptor {fd} (standard {}) is closed and /dev/null cannot be opened \
+         in its place ({why}); start sandbox-launch with descriptors 0, 1 and 2 open\n",
+        ["input", "output", "error"][fd as usize]
+    );
+    // SAFETY: writing a local buffer to descriptor 2; EBADF when it is closed, and then there
+    // is no one to tell.
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+    std::process::exit(110)
 }
