@@ -102,7 +102,7 @@ pub struct Launch<'a> {
 /// listeners' setup and the persistence watch's stamp (~0.13 ms, traced). Giving the CPU up
 /// once lets the thread end first. Only a matter of speed: with nothing else runnable here it
 /// returns at once. Interleaved with bwrap launch by launch in shuffled order (2,000-2,500
-/// rounds): 0.953 -> 0.934, 0.938 -> 0.926, 0.947 -> 0.931 and 0.968 -> 0.953 of bwrap's time
+/// rounds): 0.938 -> 0.926, 0.947 -> 0.931, 0.952 -> 0.941 and 0.968 -> 0.953 of bwrap's time
 /// in the benchmark's empty setting; in a developer's (agents' HOME, a git checkout), where the
 /// thread has usually ended before init wants it, 1.034 -> 1.048, 1.032 -> 1.032 and
 /// 1.029 -> 1.031 (within what the method resolves).
