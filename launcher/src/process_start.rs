@@ -8,8 +8,8 @@
 //! Two of the things it does are needed, and done here, the same way: the standard descriptors
 //! are made sure to be open (else the first file opened would become stdout), and SIGPIPE is
 //! ignored (a write to a closed pipe or socket fails with EPIPE instead of killing the
-//! launcher). Without the handler, a stack overflow ends the process by SIGSEGV without a
-//! message; a panic on the main thread is named `<unnamed>` rather than `main`, and still ends
+//! launcher). Without the handler (which std also gives only then to the threads it starts),
+//! a stack overflow on any thread ends the process by SIGSEGV without a message; a panic on the main thread is named `<unnamed>` rather than `main`, and still ends
 //! the process with exit code 101 (see `main.rs`). Where `/dev/null` cannot be opened, Rust's
 //! start-up aborted without a word; this says why and exits 110.
 

@@ -69,10 +69,11 @@ pub enum Start {
 /// A thread made with its first CPUs in its attributes (`pthread_attr_setaffinity_np`, applied
 /// before it first runs): no task is moved, and a move of a task that already runs or waits to
 /// run is a migration, and on a virtual machine an interrupt to the other vCPU. Once running,
-/// the thread takes the caller's whole set back (it stays where it is). Unlike a std thread, it
-/// has no handler of its own for a stack overflow: an overflow ends the process (the launch
-/// fails) instead of printing which thread overflowed. Dropped without [`Thread::join`], the
-/// thread goes on, detached.
+/// the thread takes the caller's whole set back (it stays where it is). Like every thread of
+/// the launcher (whose `main` skips Rust's start-up, see `sandbox_launch::process_start`), it
+/// has no handler for a stack overflow: an overflow ends the process (the launch fails) without
+/// saying which thread overflowed. Dropped without [`Thread::join`], the thread goes on,
+/// detached.
 pub struct Thread<T> {
     thread: Option<libc::pthread_t>,
     result: Arc<Mutex<Option<Outcome<T>>>>,
