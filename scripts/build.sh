@@ -7,6 +7,6 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 host="$(rustc -vV | sed -n 's/^host: //p')"
 # An explicit --target keeps these flags away from build scripts and proc-macros.
-export RUSTFLAGS="-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs"
+export RUSTFLAGS="-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs -C symbol-mangling-version=v0"
 cargo build --release --locked --manifest-path "$root/Cargo.toml" --target "$host" --workspace --bins "$@" >&2
 echo "$root/target/$host/release"
