@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 pub mod agents;
 pub mod cgroups;
 pub mod container;
+pub mod elf;
 pub mod live;
 pub mod login;
 pub mod mock_model;
