@@ -41,4 +41,6 @@ install -m 755 "$bin/fault-inject" "$BENCH_DIR/fault-inject"
 # the same static build; the shared target directory spares a second build).
 cargo install --quiet --locked --force --path "$root/launcher" --target-dir "$root/target" \
     --root "$BENCH_DIR/cargo-install" >&2
+# A copy of it whose page cache bench.py drops and reads back, as after a reboot (see there).
+install -D -m 755 "$BENCH_DIR/cargo-install/bin/sandbox-launch" "$BENCH_DIR/read-back/sandbox-launch"
 exec python3 "$root/scripts/bench.py"
