@@ -198,8 +198,10 @@ def add_group(section, what, unit, results, lower_is_better=True, baseline=None,
 # network and IPC namespaces down afterwards, on its workers), which lands on the next one, and
 # a rotation keeps the same tool before each tool in every round (two copies of one build
 # measured 0.945x and 0.931x bwrap so; drawn, 0.938x and 0.939x). The median column pools every
-# run of every round.
+# run of every round. Sixty rounds: with twenty, two rows of one binary landed 0.06x apart in
+# one run on a loaded host (bwrap at 5.6-6.3 ms).
 ROUNDS = 4 if QUICK else 20
+LAUNCH_ROUNDS = 4 if QUICK else 60
 
 def launch_rows():
     if os.access(SL_READ_BACK, os.X_OK):
@@ -223,7 +225,7 @@ def launch_rows():
             times[tool] = []
         order = random.Random(f"launch {who}")  # the same draws in every run of the script
         by_round = {tool: {} for tool in times}  # tool -> round -> that round's median
-        for r in range(ROUNDS):
+        for r in range(LAUNCH_ROUNDS):
             tools = list(times)
             order.shuffle(tools)
             for tool in tools:
@@ -232,7 +234,7 @@ def launch_rows():
                 home, cwd = setting(tool, unpriv)
                 try:
                     t = hyperfine_times(runners()[tool] + ["/bin/true"], unpriv, cwd=cwd,
-                                        runs=max(RUNS // ROUNDS, 3), warmup=1, home=home)
+                                        runs=3, warmup=1, home=home)
                 except subprocess.CalledProcessError:
                     res[tool] = "fails here: some of the runs exited non-zero"
                     del times[tool]
@@ -385,7 +387,7 @@ def main():
             os.unlink(os.path.join(SRT_TMP, left))
     # Others' load on a shared machine moves every row; the table says how much there was.
     print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; medians of {RUNS} runs (hyperfine; "
-          f"launch rows: {ROUNDS} rounds in drawn order) "
+          f"launch rows: {LAUNCH_ROUNDS} rounds of 3 in drawn order) "
           "or 5 loops (syscalls); ratio = median / best peer's median (peers: bwrap, srt, nsjail; "
           "launch rows: the median over the rounds of the round's medians' ratio); "
           f"load average {LOAD_START:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.\n")
