@@ -96,6 +96,51 @@ fn git_commit_works_in_a_root_owned_repository_and_every_file_stays_roots() {
     assert!(!work.join(".git/hooks/pre-commit").exists());
 }
 
+/// The CPUs a process may run on, from its `/proc/PID/status` text.
+fn cpus_allowed(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
+#[test]
+fn an_idmapped_tree_leaves_the_program_every_cpu_its_caller_may_use() {
+    // The launcher holds itself to one CPU while it makes the id mapping's namespace (speed,
+    // `idmap::with_mapping`) and must take back exactly the CPUs it had: the program sees the
+    // caller's set, whole and narrowed by taskset. The write proves the tree was idmapped.
+    assert!(is_root(), "started-as-root tests need root");
+    let own = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap()).unwrap();
+    let first = own.split([',', '-']).next().unwrap().to_string();
+    let work = root_owned("root-cpus");
+    let script = "touch written && grep Cpus_allowed_list /proc/self/status";
+    let launcher = launcher().to_str().unwrap().to_string();
+    let whole = sh(Caller::Invoker, &work.path, &["--network", "none"], script);
+    let narrowed = Command::new("taskset")
+        .args([
+            "-c",
+            &first,
+            &launcher,
+            "whole-process",
+            "--network",
+            "none",
+        ])
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(&work.path)
+        .output()
+        .unwrap();
+    for (out, expected) in [(whole, &own), (narrowed, &first)] {
+        assert!(out.status.success(), "{}", explain(&out));
+        assert_eq!(
+            cpus_allowed(&stdout(&out)).as_ref(),
+            Some(expected),
+            "{}",
+            explain(&out)
+        );
+    }
+    assert_eq!(std::fs::metadata(work.join("written")).unwrap().uid(), 0);
+}
+
 #[test]
 fn the_unprivileged_twin_commits_in_its_own_repository() {
     // Made by the invoker (git on the host refuses a repository of another owner), then given

@@ -52,6 +52,30 @@ fn this_cpu_among(
     unsafe { libc::CPU_ISSET(here, &allowed) }.then_some((allowed, here))
 }
 
+/// Run `f` with the calling thread held to the CPU it runs on, then give it back exactly the
+/// CPUs it had: a child cloned meanwhile starts there too, so that waking it and being woken by
+/// it stay on one CPU (each wake-up of an idle vCPU costs 40-60 µs here).
+pub fn on_this_cpu<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sched_getaffinity of the calling thread into a valid set of SIZE bytes.
+    let Some((allowed, here)) =
+        this_cpu_among(|set| unsafe { libc::sched_getaffinity(0, SIZE, set) } == 0)
+    else {
+        return f();
+    };
+    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+    let mut only_here: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
+    unsafe { libc::CPU_SET(here, &mut only_here) };
+    // SAFETY: sched_setaffinity of the calling thread from a valid set of SIZE bytes.
+    let narrowed = unsafe { libc::sched_setaffinity(0, SIZE, &only_here) } == 0;
+    let r = f();
+    if narrowed {
+        // SAFETY: as above, back to the set read before.
+        unsafe { libc::sched_setaffinity(0, SIZE, &allowed) };
+    }
+    r
+}
+
 /// Where a thread made by [`spawn`] first runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Start {
