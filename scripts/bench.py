@@ -77,7 +77,7 @@ def project_setting(unpriv):
 # The page cache of a freshly written binary (every other row's: bench.sh has just installed
 # them) holds it in 64 KiB folios; after a reboot, or once the kernel has dropped its pages, an
 # exec reads it back in 4 KiB pages. A launch faults its code in by the same 64 KiB groups
-# either way, but each fault over small pages costs more (about 0.06x of bwrap's launch on the
+# either way, but each fault over small pages costs more (0.03-0.06x of bwrap's launch on the
 # development VM). This row's copy of the installed build is dropped and read back first.
 READ_BACK = "sandbox-launch (cargo install, restricted, read back from disk)"
 
