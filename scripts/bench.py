@@ -136,10 +136,14 @@ def hyperfine_times(cmd, unpriv, cwd=WORK, runs=RUNS, warmup=3, home=HOME):
     quoted = " ".join(shlex_quote(c) for c in cmd)
     hf = ["hyperfine", "-N", "--warmup", str(warmup), "--runs", str(runs), "--export-json", out.name,
           quoted]
-    subprocess.run(as_user(hf, unpriv), cwd=cwd, env=env_for_srt(home), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    res = json.load(open(out.name))["results"][0]
-    os.unlink(out.name)
+    try:
+        subprocess.run(as_user(hf, unpriv), cwd=cwd, env=env_for_srt(home), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(out.name) as f:
+            res = json.load(f)["results"][0]
+    finally:
+        # Also when hyperfine fails (a peer that exits non-zero is a row, not the end of the run).
+        os.unlink(out.name)
     return [t * 1e3 for t in res["times"]]
 
 def summary(times):
