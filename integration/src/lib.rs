@@ -410,6 +410,14 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The CPUs a process may run on, from its `/proc/PID/status` text.
+pub fn cpus_allowed(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+}
+
 /// Panic with everything the run printed.
 pub fn explain(o: &Output) -> String {
     format!(

@@ -2,7 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use integration::{command, explain, feed_stdin, inside_uid, sh, stderr, stdout, TempDir, CALLERS};
+use integration::{
+    command, cpus_allowed, explain, feed_stdin, inside_uid, sh, stderr, stdout, TempDir, CALLERS,
+};
 
 #[test]
 fn status_shows_seccomp_filter_no_new_privs_and_no_capabilities() {
@@ -608,14 +610,6 @@ fn the_events_stream_records_the_sandbox_lifecycle() {
         assert_eq!(failed["event"], "failed", "{evs:?}");
         assert_eq!(failed["step"], "policy", "{evs:?}");
     }
-}
-
-/// The CPUs the program may run on, from `/proc/self/status`.
-fn cpus_allowed(status: &str) -> Option<String> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|v| v.trim().to_string())
 }
 
 #[test]

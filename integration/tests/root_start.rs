@@ -96,14 +96,6 @@ fn git_commit_works_in_a_root_owned_repository_and_every_file_stays_roots() {
     assert!(!work.join(".git/hooks/pre-commit").exists());
 }
 
-/// The CPUs a process may run on, from its `/proc/PID/status` text.
-fn cpus_allowed(status: &str) -> Option<String> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|v| v.trim().to_string())
-}
-
 #[test]
 fn an_idmapped_tree_leaves_the_program_every_cpu_its_caller_may_use() {
     // The launcher holds itself to one CPU while it makes the id mapping's namespace (speed,
