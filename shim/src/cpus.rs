@@ -52,6 +52,15 @@ fn this_cpu_among(
     unsafe { libc::CPU_ISSET(here, &allowed) }.then_some((allowed, here))
 }
 
+/// The set of the one CPU `cpu` (a kernel's CPU id, below CPU_SETSIZE).
+fn only(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET on a valid set; `cpu` is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    set
+}
+
 /// Run `f` with the calling thread held to the CPU it runs on, then give it back exactly the
 /// CPUs it had: a child cloned meanwhile starts there too, so that waking it and being woken by
 /// it stay on one CPU (each wake-up of an idle vCPU costs 40-60 µs here).
@@ -62,12 +71,8 @@ pub fn on_this_cpu<R>(f: impl FnOnce() -> R) -> R {
     else {
         return f();
     };
-    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-    let mut only_here: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
-    unsafe { libc::CPU_SET(here, &mut only_here) };
     // SAFETY: sched_setaffinity of the calling thread from a valid set of SIZE bytes.
-    let narrowed = unsafe { libc::sched_setaffinity(0, SIZE, &only_here) } == 0;
+    let narrowed = unsafe { libc::sched_setaffinity(0, SIZE, &only(here)) } == 0;
     let r = f();
     if narrowed {
         // SAFETY: as above, back to the set read before.
@@ -123,16 +128,12 @@ where
     // SAFETY: sched_getaffinity of the calling thread into a valid set of SIZE bytes.
     let placed = this_cpu_among(|set| unsafe { libc::sched_getaffinity(0, SIZE, set) } == 0);
     let first = placed.map(|(allowed, here)| {
-        let mut first = allowed;
         if start == Start::Here {
-            // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-            first = unsafe { std::mem::zeroed() };
-            // SAFETY: CPU_SET on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
-            unsafe { libc::CPU_SET(here, &mut first) };
-        } else {
-            // SAFETY: as above, CPU_CLR.
-            unsafe { libc::CPU_CLR(here, &mut first) };
+            return only(here);
         }
+        let mut first = allowed;
+        // SAFETY: CPU_CLR on a valid set; `here` is below CPU_SETSIZE (the kernel's id).
+        unsafe { libc::CPU_CLR(here, &mut first) };
         first
     });
     let result = Arc::new(Mutex::new(None));
