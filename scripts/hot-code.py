@@ -12,8 +12,8 @@ function of the binary, and writes the linker script that `launcher/build.rs` gi
 builds. Its patterns name functions by their v0-mangled names with the compiler's hashes
 (crate disambiguators, back-references) left out, so the script holds across compiler versions;
 functions that no longer exist simply match nothing. Run it again when the launch's path has
-changed (the integration test `the_launch_code_is_placed_together` says when most of the
-script no longer names anything).
+changed (the integration test `the_hot_code_script_still_names_the_functions_of_the_build`
+says when more than a tenth of the script no longer names anything).
 
     sudo scripts/hot-code.py                  # build (scripts/build.sh), profile, write the script
     sudo scripts/hot-code.py --binary PATH    # profile PATH (a v0-mangled build) instead
@@ -56,13 +56,20 @@ def functions(binary):
     return out
 
 
-def file_offset(binary, vaddr):
+def loads(binary):
+    """(file offset, address, size) of each LOAD segment."""
+    out = []
     for line in run(["readelf", "-lW", binary]).splitlines():
         p = line.split()
         if p and p[0] == "LOAD":
-            off, va, size = int(p[1], 16), int(p[2], 16), int(p[5], 16)
-            if va <= vaddr < va + size:
-                return vaddr - va + off
+            out.append((int(p[1], 16), int(p[2], 16), int(p[5], 16)))
+    return out
+
+
+def file_offset(segments, vaddr):
+    for off, va, size in segments:
+        if va <= vaddr < va + size:
+            return vaddr - va + off
     return None
 
 
@@ -113,11 +120,12 @@ def profile(binary):
         p = line.split()
         if len(p) == 3:
             every_name[int(p[0], 16)].append(p[2])
+    segments = loads(binary)
     probes = {}  # probe name -> ("fn", name) | ("ifunc", [resolver names])
     lines = []
     for a in sorted(by_address):
         names = [n for n in by_address[a] if probe_safe(n)]
-        off = file_offset(binary, a) if names else None
+        off = file_offset(segments, a) if names else None
         if off is None:
             continue
         p = f"f{len(probes)}"
@@ -126,19 +134,20 @@ def profile(binary):
     for a, resolvers in ifunc_stubs(binary, every_name):
         p = f"f{len(probes)}"
         probes[p] = ("ifunc", resolvers)
-        lines.append(f"p:{GROUP}/{p} {binary}:0x{file_offset(binary, a):x}\n")
+        lines.append(f"p:{GROUP}/{p} {binary}:0x{file_offset(segments, a):x}\n")
     print(f"hot-code: {len(probes)} probes on {binary}", file=sys.stderr)
     tracefs("tracing_on", "0")
     tracefs("trace", "")
     tracefs("set_event", "")
-    fd = os.open(os.path.join(TRACING, "uprobe_events"), os.O_WRONLY | os.O_APPEND)
-    try:
-        for chunk in range(0, len(lines), 500):
-            os.write(fd, "".join(lines[chunk:chunk + 500]).encode())
-    finally:
-        os.close(fd)
     saved_size = open(os.path.join(TRACING, "buffer_size_kb")).read().strip()
     try:
+        # Inside the try: probes written before a refusal are removed with the rest.
+        fd = os.open(os.path.join(TRACING, "uprobe_events"), os.O_WRONLY | os.O_APPEND)
+        try:
+            for chunk in range(0, len(lines), 500):
+                os.write(fd, "".join(lines[chunk:chunk + 500]).encode())
+        finally:
+            os.close(fd)
         tracefs("buffer_size_kb", "300000")
         for e in ("sched:sched_process_fork", "sched:sched_process_exec"):
             tracefs("set_event", e + "\n", append=True)
@@ -151,7 +160,8 @@ def profile(binary):
         trace = open(os.path.join(TRACING, "trace")).read()
     finally:
         print("hot-code: removing the probes (this takes a few minutes)", file=sys.stderr)
-        tracefs(f"events/{GROUP}/enable", "0")
+        if os.path.exists(os.path.join(TRACING, "events", GROUP)):  # none if no probe was set
+            tracefs(f"events/{GROUP}/enable", "0")
         tracefs("set_event", "")
         tracefs("trace", "")
         tracefs("uprobe_events", "")
